@@ -1,0 +1,32 @@
+"""Session-wide test setup: one local Ray, tiny models built once, quiet single-threaded torch."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _single_threaded_torch():
+    # With the default 2 threads and a busy second core a tiny forward was ~80x slower.
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a core dependency
+        return
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """A local Ray started once for the whole test session."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield ray
+    ray.shutdown()
