@@ -39,6 +39,8 @@ class BackboneSpec:
     batch_size: int = 32  # requests per engine call
     max_new_tokens: int = 512  # generation budget (questions, claims, judge)
     note: str = ""  # shown in reports, e.g. "random weights: plumbing check only"
+    # Engine-specific settings (vllm: extra LLM(...) arguments; scripted: seed, canned generations).
+    engine_options: dict = field(default_factory=dict)
 
     def fingerprint(self) -> str:
         """Hash of every field that can change an answer (part of each request key)."""
