@@ -1,0 +1,148 @@
+"""Turn a batch of request rows into engine prompts, answers and error rows.
+
+This is the model-agnostic heart of the answer and generation stages: it loads each image
+once per batch, fills the right template for each request kind, calls the engine, and
+isolates failures so that one bad image or one bad prompt never sinks its batch.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import pyarrow as pa
+
+from operators import schema
+from operators.engines.base import Engine, Prompt
+from operators.prompts import fill
+
+# request kind -> (template name, placeholder the request text fills)
+ANSWER_TEMPLATES = {
+    "image": ("answer_image", "question"),
+    "caption": ("answer_caption", "question"),
+    "holistic": ("holistic", "caption"),
+    "claim": ("claim", "claim"),
+}
+# generation kind -> template name (the caption fills {caption})
+GENERATION_TEMPLATES = {
+    "questions": "generate_questions",
+    "dsg": "generate_dsg",
+    "claims": "generate_claims",
+}
+
+ImageLoader = Callable[[str], object]  # uri -> PIL image; raises on a bad image
+
+
+def _error_rows(rows: list[dict], stage: str) -> pa.Table:
+    return schema.conform(pa.Table.from_pylist(rows), schema.ERRORS, what="errors") if rows else schema.ERRORS.empty_table()
+
+
+def _prompt(kind: str, row: Mapping, templates: Mapping[str, str], image, system: str | None) -> Prompt:
+    template_name, field = ANSWER_TEMPLATES[kind]
+    values = {field: row["text"]}
+    if kind == "caption":
+        values["caption"] = row["caption"]
+    return Prompt(user=fill(templates[template_name], **values), image=image, image_id=row.get("image_hash"), system=system)
+
+
+def _load_images(rows: list[dict], load_image: ImageLoader) -> tuple[dict, dict]:
+    """Decode each distinct image of the batch once; returns (images, failures by hash)."""
+    images, failures = {}, {}
+    for row in rows:
+        h = row.get("image_hash")
+        if h is None or h in images or h in failures:
+            continue
+        try:
+            images[h] = load_image(row["image_uri"])
+        except Exception as exc:  # an unreadable image is a row error, not a crash
+            failures[h] = f"{type(exc).__name__}: {exc}"
+    return images, failures
+
+
+def _call_isolated(call: Callable[[list], list], prompts: list, rows: list[dict], errors: list[dict], stage: str, backbone: str):
+    """Call the engine on the whole batch; if that fails, retry one by one so that only the
+    prompts that really fail become error rows. Returns (results, ok flags)."""
+    try:
+        results = list(call(prompts))
+        if len(results) != len(prompts):
+            raise RuntimeError(f"engine returned {len(results)} results for {len(prompts)} prompts")
+        return results, [True] * len(prompts)
+    except Exception as exc:
+        if len(prompts) == 1:
+            detail = f"{type(exc).__name__}: {exc}"[:2000]
+            errors.append({"stage": stage, "key": rows[0]["key"], "source": backbone, "reason": "engine_error", "detail": detail})
+            return [None], [False]
+    results, ok = [], []
+    for prompt, row in zip(prompts, rows):
+        r, o = _call_isolated(call, [prompt], [row], errors, stage, backbone)
+        results += r
+        ok += o
+    return results, ok
+
+
+def answer_batch(
+    engine: Engine,
+    batch: pa.Table,
+    templates: Mapping[str, str],
+    load_image: ImageLoader,
+    *,
+    system: str | None = None,
+) -> tuple[pa.Table, pa.Table]:
+    """Answer a batch of requests (operators.schema.REQUESTS rows).
+
+    Returns (answers, errors): answers has operators.schema.ANSWERS rows for every request
+    that was answered; every other request has exactly one row in errors.
+    """
+    rows = batch.to_pylist()
+    images, failures = _load_images(rows, load_image)
+    errors: list[dict] = []
+    todo_rows, prompts = [], []
+    for row in rows:
+        h = row.get("image_hash")
+        if row["kind"] != "caption" and h in failures:
+            errors.append({"stage": "answers", "key": row["key"], "source": row.get("image_uri"), "field": "image_uri", "reason": "unreadable_image", "detail": failures[h]})
+            continue
+        if row["kind"] != "caption" and h is None:
+            errors.append({"stage": "answers", "key": row["key"], "field": "image_hash", "reason": "missing_image", "detail": "image request without an image"})
+            continue
+        try:
+            prompts.append(_prompt(row["kind"], row, templates, images.get(h) if row["kind"] != "caption" else None, system))
+        except (KeyError, TypeError) as exc:
+            errors.append({"stage": "answers", "key": row["key"], "field": "text", "reason": "bad_request", "detail": str(exc)})
+            continue
+        todo_rows.append(row)
+
+    answered = []
+    if prompts:
+        backbone = rows[0]["backbone"]
+
+        def call(ps):
+            return list(np.asarray(engine.score_yes_no(ps), dtype=np.float64))
+
+        results, ok = _call_isolated(call, prompts, todo_rows, errors, "answers", backbone)
+        for row, result, good in zip(todo_rows, results, ok):
+            if good:
+                answered.append({"key": row["key"], "backbone": row["backbone"], "kind": row["kind"], "logp_yes": float(result[0]), "logp_no": float(result[1])})
+    answers = pa.Table.from_pylist(answered, schema=schema.ANSWERS) if answered else schema.ANSWERS.empty_table()
+    return answers, _error_rows(errors, "answers")
+
+
+def generate_batch(
+    engine: Engine,
+    batch: pa.Table,
+    templates: Mapping[str, str],
+    *,
+    max_new_tokens: int,
+    system: str | None = None,
+) -> tuple[pa.Table, pa.Table]:
+    """Greedy generations for rows with columns key, backbone, kind (questions|dsg|claims), caption."""
+    rows = batch.to_pylist()
+    prompts = [Prompt(user=fill(templates[GENERATION_TEMPLATES[r["kind"]]], caption=r["caption"]), system=system) for r in rows]
+    errors: list[dict] = []
+    out = []
+    if prompts:
+        results, ok = _call_isolated(lambda ps: engine.generate(ps, max_new_tokens), prompts, rows, errors, "questions", rows[0]["backbone"])
+        for row, text, good in zip(rows, results, ok):
+            if good:
+                out.append({"key": row["key"], "backbone": row["backbone"], "kind": row["kind"], "text": text})
+    generations = pa.Table.from_pylist(out, schema=schema.GENERATIONS) if out else schema.GENERATIONS.empty_table()
+    return generations, _error_rows(errors, "questions")

@@ -1,0 +1,173 @@
+"""Content-addressed Parquet storage on any fsspec path (local folder or s3:// prefix).
+
+A `PartStore` is one folder of Parquet parts that all have a `key` column (answers of one
+backbone, generations of one generator, ...). Parts are immutable and named by a digest of
+the keys they hold, so the same work always lands under the same name. A part becomes
+visible only when complete: locally it is written under a temporary name and renamed; on
+object stores a single PUT (or a completed multipart upload) is atomic. A run that is
+killed therefore leaves only whole parts, and the next run computes just the keys that are
+missing (anti-join).
+"""
+from __future__ import annotations
+
+import json
+import posixpath
+import uuid
+from collections.abc import Iterable
+
+import fsspec
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+
+from operators.hashing import keys_digest
+
+PART_GLOB = "part-*.parquet"
+
+
+def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    fs, path = fsspec.core.url_to_fs(url)
+    return fs, path
+
+
+def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return protocol in ("file", "local")
+
+
+def write_bytes_atomic(url: str, data: bytes) -> None:
+    """Write a whole file so that readers never see it half-written."""
+    fs, path = filesystem(url)
+    parent = posixpath.dirname(path)
+    fs.makedirs(parent, exist_ok=True)
+    if _is_local(fs):
+        tmp = posixpath.join(parent, f".tmp-{uuid.uuid4().hex}-{posixpath.basename(path)}")
+        with fs.open(tmp, "wb") as f:
+            f.write(data)
+        fs.mv(tmp, path)
+    else:
+        with fs.open(path, "wb") as f:  # object stores publish the object on close
+            f.write(data)
+
+
+def table_to_parquet_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
+
+
+def write_table(url: str, table: pa.Table) -> None:
+    write_bytes_atomic(url, table_to_parquet_bytes(table))
+
+
+def read_table(url: str, columns: list[str] | None = None) -> pa.Table:
+    fs, path = filesystem(url)
+    return pq.read_table(path, filesystem=fs, columns=columns)
+
+
+def write_json(url: str, obj) -> None:
+    write_bytes_atomic(url, json.dumps(obj, indent=2, sort_keys=True, default=str).encode())
+
+
+def read_json(url: str):
+    fs, path = filesystem(url)
+    with fs.open(path, "rb") as f:
+        return json.loads(f.read())
+
+
+def exists(url: str) -> bool:
+    fs, path = filesystem(url)
+    return fs.exists(path)
+
+
+class PartStore:
+    """Immutable, key-addressed Parquet parts under one folder."""
+
+    def __init__(self, url: str, schema: pa.Schema):
+        if "key" not in schema.names:
+            raise ValueError("a PartStore schema needs a 'key' column")
+        self.url = url.rstrip("/")
+        self.schema = schema
+        self.fs, self.path = filesystem(self.url)
+
+    def __repr__(self) -> str:
+        return f"PartStore({self.url!r})"
+
+    # -- reading ---------------------------------------------------------------------------
+    def part_paths(self) -> list[str]:
+        if not self.fs.exists(self.path):
+            return []
+        self.fs.invalidate_cache(self.path)
+        return sorted(self.fs.glob(posixpath.join(self.path, PART_GLOB)))
+
+    def read(self, columns: list[str] | None = None) -> pa.Table:
+        """All stored rows (one per key: a key written twice by racing runs is kept once)."""
+        paths = self.part_paths()
+        wanted = list(columns) if columns else self.schema.names
+        if "key" not in wanted:
+            wanted = ["key", *wanted]
+        if not paths:
+            return self.schema.empty_table().select(wanted)
+        dataset = pads.dataset(paths, filesystem=self.fs, format="parquet", schema=self.schema)
+        table = dataset.to_table(columns=wanted)
+        return _first_per_key(table)
+
+    def keys(self) -> pa.Array:
+        return self.read(["key"]).column("key").combine_chunks()
+
+    def missing(self, keys: pa.Array | Iterable[str]) -> pa.Array:
+        """Boolean mask: True where a key is not stored yet (the anti-join)."""
+        import pyarrow.compute as pc
+
+        keys = pa.array(keys, type=pa.string()) if not isinstance(keys, (pa.Array, pa.ChunkedArray)) else keys
+        return pc.invert(pc.is_in(keys, value_set=self.keys()))
+
+    # -- writing ---------------------------------------------------------------------------
+    def part_url(self, keys: Iterable[str]) -> str:
+        return f"{self.url}/part-{keys_digest(keys)}.parquet"
+
+    def write(self, table: pa.Table) -> str | None:
+        """Store `table` as one part; returns its URL (None for an empty table).
+
+        Writing the same keys again is a no-op: the part's name is the digest of its keys.
+        """
+        if table.num_rows == 0:
+            return None
+        table = table.select(self.schema.names).cast(self.schema)
+        keys = table.column("key").to_pylist()
+        url = self.part_url(keys)
+        if not exists(url):
+            write_table(url, table)
+        return url
+
+
+def _first_per_key(table: pa.Table) -> pa.Table:
+    """Drop repeated keys, keeping each key's first row in read order."""
+    if table.num_rows == 0:
+        return table
+    import numpy as np
+
+    indices = pa.array(np.arange(table.num_rows, dtype=np.int64))
+    firsts = pa.table({"key": table.column("key"), "i": indices}).group_by("key", use_threads=False).aggregate([("i", "min")])
+    if firsts.num_rows == table.num_rows:
+        return table
+    return table.take(np.sort(firsts.column("i_min").to_numpy())).combine_chunks()
+
+
+class Markers:
+    """Success markers: a unit of work (e.g. one backbone's answers for one request set) is done."""
+
+    def __init__(self, url: str):
+        self.url = url.rstrip("/")
+
+    def _url(self, name: str) -> str:
+        return f"{self.url}/{name}.json"
+
+    def done(self, name: str) -> bool:
+        return exists(self._url(name))
+
+    def mark(self, name: str, info: dict) -> None:
+        write_json(self._url(name), info)
+
+    def info(self, name: str) -> dict:
+        return read_json(self._url(name))
