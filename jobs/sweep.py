@@ -1,0 +1,32 @@
+"""Run (or resume) a sweep: `python jobs/sweep.py [sweep=smoke] [key=value ...]`.
+
+Locally this starts Ray on this machine; on a cluster submit it with
+`ray job submit --working-dir . -- python jobs/sweep.py sweep=paper root=s3://bucket/depict`.
+Overrides use OmegaConf dot-list syntax: backbones=[qwen3_5-4b] compute.engines_per_backbone=4.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runnable from a fresh clone
+
+from pipeline.config import ConfigError, load_config  # noqa: E402
+from pipeline.sweep import run_sweep, summary_text  # noqa: E402
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = load_config(argv)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    result = run_sweep(cfg)
+    print(summary_text(cfg, result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,61 @@
+"""Answers: one backbone's unique yes/no requests, computed once and cached for good."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+import pyarrow as pa
+
+from operators import schema
+from operators.answering import ANSWER_TEMPLATES
+from operators.engines.spec import BackboneSpec
+from operators.requests import KeySpec, plan_holistic, plan_questions, unique_requests
+from pipeline.config import ComputeSpec, PromptSet
+from pipeline.stages.engine_stage import AnswerWorker, StageReport, run_engine_stage
+from pipeline.store import PartStore
+
+
+@dataclass
+class AnswerPlan:
+    """Which request answers which (item, question): what scoring joins answers through."""
+
+    questions: pl.DataFrame | None  # operators.requests.plan_questions
+    holistic: pl.DataFrame | None  # operators.requests.plan_holistic
+    requests: pa.Table  # operators.schema.REQUESTS, one row per distinct key
+
+
+def key_spec(backbone: BackboneSpec, prompts: PromptSet) -> KeySpec:
+    return KeySpec(
+        backbone=backbone.name,
+        fingerprint=backbone.fingerprint(),
+        prompt_ids={kind: prompts.prompt_id(template) for kind, (template, _) in ANSWER_TEMPLATES.items() if template in prompts.templates},
+    )
+
+
+def plan_answers(items: pl.DataFrame, questions: pl.DataFrame, backbone: BackboneSpec, prompts: PromptSet, sets: list[str], holistic: bool) -> AnswerPlan:
+    spec = key_spec(backbone, prompts)
+    qplan = plan_questions(items, questions, spec, sets) if sets else None
+    hplan = plan_holistic(items, spec) if holistic else None
+    return AnswerPlan(questions=qplan, holistic=hplan, requests=unique_requests(spec, qplan, hplan))
+
+
+def answer_store(store_url: str, backbone: BackboneSpec) -> PartStore:
+    return PartStore(f"{store_url}/answers/{backbone.name}", schema.ANSWERS)
+
+
+def run_answers(plan: AnswerPlan, backbone: BackboneSpec, prompts: PromptSet, store_url: str, compute: ComputeSpec) -> tuple[pl.DataFrame, StageReport]:
+    """Compute the missing answers; return every needed answer (key, logp_yes, logp_no)."""
+    store = answer_store(store_url, backbone)
+    report = run_engine_stage(
+        stage="answers",
+        unit=backbone.name,
+        requests=plan.requests,
+        store=store,
+        worker_cls=AnswerWorker,
+        worker_kwargs={"backbone": backbone, "templates": prompts.templates, "store_url": store.url},
+        backbone=backbone,
+        compute=compute,
+    )
+    needed = pl.from_arrow(plan.requests.select(["key"]))
+    answers = pl.from_arrow(store.read(["key", "logp_yes", "logp_no"])).join(needed, on="key", how="semi")
+    return answers, report

@@ -1,0 +1,103 @@
+"""Ingest: benchmark files -> one validated items table with image content hashes."""
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+
+import polars as pl
+import pyarrow as pa
+
+from operators import schema
+from operators.ingest import hash_images
+from pipeline.config import BenchmarkSpec
+from pipeline.stages.engine_stage import StageReport
+
+log = logging.getLogger(__name__)
+
+LOADERS = ("demo", "genai_bench", "tifa160", "richhf", "winoground", "negbench")
+
+
+def load_benchmark(spec: BenchmarkSpec):
+    """Run the benchmark's loader (pipeline.benchmarks.<loader>.load)."""
+    if spec.loader not in LOADERS:
+        raise ValueError(f"benchmark {spec.name}: unknown loader {spec.loader!r}; valid: {LOADERS}")
+    module = importlib.import_module(f"pipeline.benchmarks.{spec.loader}")
+    return module.load(spec.root, **dict(spec.options))
+
+
+def limit_groups(items: pl.DataFrame, n: int | None) -> pl.DataFrame:
+    """Keep the first `n` bootstrap groups (in file order): small runs keep whole groups."""
+    if n is None:
+        return items
+    keep = items["group_id"].unique(maintain_order=True).head(n)
+    return items.filter(pl.col("group_id").is_in(keep.implode()))
+
+
+def _errors(rows: list[dict]) -> pa.Table:
+    return schema.conform(pa.Table.from_pylist(rows), schema.ERRORS) if rows else schema.ERRORS.empty_table()
+
+
+def load_items(benchmarks: dict[str, BenchmarkSpec]) -> tuple[pl.DataFrame, pl.DataFrame | None, pa.Table]:
+    """Every benchmark's items (renamed to the run's benchmark names), shipped questions, problems."""
+    frames, question_frames, problems = [], [], []
+    for name, spec in benchmarks.items():
+        result = load_benchmark(spec)
+        items = pl.from_arrow(schema.conform(result.items, schema.ITEMS, what=f"benchmark {name} items"))
+        # The run's benchmark name (a config file may load the same loader twice, e.g. demo parts).
+        items = items.with_columns(
+            benchmark=pl.lit(name),
+            item_id=pl.lit(f"{name}/") + pl.col("item_id").str.replace(r"^[^/]*/", ""),
+        )
+        items = limit_groups(items, spec.limit_groups)
+        frames.append(items)
+        if result.questions is not None:
+            question_frames.append(pl.from_arrow(schema.conform(result.questions, schema.QUESTIONS, what=f"benchmark {name} questions")))
+        for p in result.problems:
+            problems.append(
+                {"stage": "ingest", "benchmark": name, "source": p.file, "field": p.field, "reason": "bad_record", "detail": f"record {p.record}: {p.message}"}
+            )
+        log.info("benchmark %s: %d items, %d problems", name, items.height, len(result.problems))
+    items = pl.concat(frames) if frames else pl.from_arrow(schema.ITEMS.empty_table())
+    dupes = items.filter(pl.col("item_id").is_duplicated())["item_id"].unique().to_list()
+    if dupes:
+        raise ValueError(f"duplicate item ids across benchmarks: {dupes[:5]}")
+    questions = pl.concat(question_frames).unique(maintain_order=True) if question_frames else None
+    return items, questions, _errors(problems)
+
+
+def drop_bad_captions(items: pl.DataFrame) -> tuple[pl.DataFrame, pa.Table]:
+    bad = items.filter(pl.col("caption").is_null() | (pl.col("caption").str.strip_chars() == ""))
+    rows = [
+        {"stage": "ingest", "benchmark": r["benchmark"], "item_id": r["item_id"], "field": "caption", "reason": "empty_caption", "detail": "caption is empty"}
+        for r in bad.iter_rows(named=True)
+    ]
+    return items.filter(~pl.col("item_id").is_in(bad["item_id"].implode())), _errors(rows)
+
+
+def hash_item_images(items: pl.DataFrame, rows_per_task: int = 64) -> tuple[pl.DataFrame, StageReport]:
+    """Read and hash every distinct image with Ray Data tasks; unreadable images become errors."""
+    import ray
+
+    start = time.perf_counter()
+    uris = items.select("image_uri").unique(maintain_order=True).to_arrow()
+    report = StageReport(stage="ingest", unit="images", needed=uris.num_rows)
+    if uris.num_rows:
+        blocks = [uris.slice(i, rows_per_task) for i in range(0, uris.num_rows, rows_per_task)]
+        hashed = ray.data.from_arrow(blocks).map_batches(hash_images, batch_format="pyarrow", batch_size=rows_per_task)
+        table = pl.from_arrow(pa.concat_tables(list(hashed.iter_batches(batch_size=None, batch_format="pyarrow"))))
+    else:
+        table = pl.DataFrame(schema={"image_uri": pl.String, "image_hash": pl.String, "error": pl.String})
+    report.sent = table.height
+    items = items.drop("image_hash").join(table, on="image_uri", how="left")
+    bad = items.filter(pl.col("error").is_not_null())
+    report.failed = bad["image_uri"].n_unique()
+    report.errors = _errors(
+        [
+            {"stage": "ingest", "benchmark": r["benchmark"], "item_id": r["item_id"], "source": r["image_uri"], "field": "image_uri", "reason": "unreadable_image", "detail": r["error"]}
+            for r in bad.iter_rows(named=True)
+        ]
+    )
+    good = items.filter(pl.col("error").is_null()).drop("error")
+    report.seconds = time.perf_counter() - start
+    return good.select(schema.ITEMS.names), report

@@ -1,0 +1,111 @@
+"""Questions: unique captions -> DEPICT questions, DSG graphs and typed claims.
+
+Generation runs once per distinct caption (never per item) at temperature 0, and the raw
+text is cached in the generations store; parsing happens here, so a parser fix costs no
+model time. A generation that cannot be parsed is an error row for its caption, and the
+items with that caption get null scores with a reason downstream.
+"""
+from __future__ import annotations
+
+import logging
+
+import polars as pl
+import pyarrow as pa
+
+from operators import schema
+from operators.answering import GENERATION_TEMPLATES
+from operators.engines.spec import BackboneSpec
+from operators.hashing import content_key
+from operators.parsing import ParseError, parse_claims, parse_dsg, parse_questions, questions_rows
+from pipeline.config import ComputeSpec, PromptSet
+from pipeline.stages.engine_stage import GenerationWorker, StageReport, run_engine_stage
+from pipeline.store import PartStore
+
+log = logging.getLogger(__name__)
+
+# question set -> generation kind
+GENERATION_KIND = {"depict": "questions", "dsg": "dsg", "claims": "claims"}
+
+
+def provided_questions(items: pl.DataFrame, questions: pl.DataFrame | None, sets: list[str]) -> tuple[pl.DataFrame, pa.Table]:
+    """Questions shipped with the benchmarks; captions lacking a set are reported."""
+    if questions is None:
+        questions = pl.from_arrow(schema.QUESTIONS.empty_table())
+    questions = questions.filter(pl.col("question_set").is_in(sets))
+    have = questions.select("caption", "question_set").unique()
+    captions = items.select("caption", "benchmark").unique(subset="caption", keep="first", maintain_order=True)
+    rows = []
+    for qset in sets:
+        missing = captions.join(have.filter(pl.col("question_set") == qset), on="caption", how="anti")
+        rows += [
+            {"stage": "questions", "benchmark": r["benchmark"], "field": "caption", "reason": "no_questions", "detail": f"the benchmark ships no {qset!r} questions for caption {r['caption']!r}"}
+            for r in missing.iter_rows(named=True)
+        ]
+    errors = schema.conform(pa.Table.from_pylist(rows), schema.ERRORS) if rows else schema.ERRORS.empty_table()
+    return questions, errors
+
+
+def generation_requests(captions: list[str], sets: list[str], generator: BackboneSpec, prompts: PromptSet) -> pa.Table:
+    rows = []
+    for qset in sets:
+        kind = GENERATION_KIND[qset]
+        prompt_id = prompts.prompt_id(GENERATION_TEMPLATES[kind])
+        for caption in captions:
+            rows.append(
+                {"key": content_key(generator.fingerprint(), prompt_id, f"generate_{kind}", caption), "backbone": generator.name, "kind": kind, "caption": caption}
+            )
+    return pa.Table.from_pylist(rows, schema=pa.schema([("key", pa.string()), ("backbone", pa.string()), ("kind", pa.string()), ("caption", pa.string())]))
+
+
+def parse_generation(kind: str, text: str, max_questions: int) -> list[dict]:
+    """Raw generated text -> QUESTIONS rows (without caption/source); raises ParseError."""
+    if kind == "questions":
+        return questions_rows("depict", parse_questions(text, max_items=max_questions))
+    if kind == "dsg":
+        return questions_rows("dsg", parse_dsg(text, max_items=max_questions))
+    if kind == "claims":
+        return questions_rows("claims", parse_claims(text, max_items=max_questions))
+    raise ValueError(f"unknown generation kind {kind!r}")
+
+
+def generated_questions(
+    items: pl.DataFrame,
+    sets: list[str],
+    generator: BackboneSpec,
+    prompts: PromptSet,
+    store_url: str,
+    compute: ComputeSpec,
+    max_questions: int,
+) -> tuple[pl.DataFrame, StageReport]:
+    """Generate (or read cached) questions for every distinct caption, then parse them."""
+    captions = items["caption"].unique(maintain_order=True).to_list()
+    requests = generation_requests(captions, sets, generator, prompts)
+    store = PartStore(f"{store_url}/generations/{generator.name}", schema.GENERATIONS)
+    report = run_engine_stage(
+        stage="questions",
+        unit=generator.name,
+        requests=requests,
+        store=store,
+        worker_cls=GenerationWorker,
+        worker_kwargs={"backbone": generator, "templates": prompts.templates, "store_url": store.url},
+        backbone=generator,
+        compute=compute,
+    )
+    stored = pl.from_arrow(store.read()).select("key", "text")
+    joined = pl.from_arrow(requests).join(stored, on="key", how="inner")
+    rows, errors = [], []
+    caption_benchmark = dict(items.select("caption", "benchmark").unique(subset="caption", keep="first").iter_rows())
+    for r in joined.iter_rows(named=True):
+        try:
+            for q in parse_generation(r["kind"], r["text"], max_questions):
+                rows.append(q | {"caption": r["caption"], "source": generator.name})
+        except ParseError as exc:
+            errors.append(
+                {"stage": "questions", "benchmark": caption_benchmark.get(r["caption"]), "key": r["key"], "source": generator.name, "field": r["kind"], "reason": "unparseable_generation", "detail": f"{exc} | caption: {r['caption']!r} | output: {r['text'][:300]!r}"}
+            )
+    questions = pl.from_arrow(schema.conform(pa.Table.from_pylist(rows), schema.QUESTIONS)) if rows else pl.from_arrow(schema.QUESTIONS.empty_table())
+    if errors:
+        report.errors = pa.concat_tables([report.errors, schema.conform(pa.Table.from_pylist(errors), schema.ERRORS)])
+        report.failed += len(errors)
+    log.info("questions from %s: %d rows for %d captions, %d unparseable", generator.name, questions.height, len(captions), len(errors))
+    return questions, report

@@ -1,0 +1,240 @@
+"""The sweep DAG: ingest -> questions -> requests -> answers -> scores -> meta-evaluation.
+
+Each model stage runs on Ray Data and writes content-addressed parts to the shared store;
+the CPU stages in between (dedup, joins, formulas, statistics) run on the driver with
+polars. Rerunning the same command recomputes nothing that was written, and a run killed
+at any moment resumes where it stopped.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import polars as pl
+import pyarrow as pa
+
+from operators import schema
+from pipeline import store as st
+from pipeline.config import HOLISTIC_METRICS, ResolvedConfig, required_question_sets
+from pipeline.runtime import ensure_ray, git_commit, library_versions
+from pipeline.stages import ingest, questions as qstage
+from pipeline.stages.answers import plan_answers, run_answers
+from pipeline.stages.engine_stage import StageReport
+from pipeline.stages.scores import score_items
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunResult:
+    run_dir: str
+    reports: list[StageReport] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    errors: pl.DataFrame | None = None
+    scores: pl.DataFrame | None = None
+    statistics: pl.DataFrame | None = None
+    deltas: pl.DataFrame | None = None
+
+    def report_table(self) -> pl.DataFrame:
+        return pl.DataFrame([r.as_row() for r in self.reports])
+
+
+def _needs_holistic(metric_ids: list[str]) -> bool:
+    return any(m in HOLISTIC_METRICS or m == "depict" or m.endswith("+vqascore") for m in metric_ids)
+
+
+class _Clock:
+    def __init__(self, timings: dict[str, float]):
+        self.timings = timings
+
+    def __call__(self, name: str):
+        clock = self
+
+        class _Span:
+            def __enter__(self):
+                self.start = time.perf_counter()
+
+            def __exit__(self, *exc):
+                clock.timings[name] = clock.timings.get(name, 0.0) + time.perf_counter() - self.start
+
+        return _Span()
+
+
+def run_sweep(cfg: ResolvedConfig) -> RunResult:
+    """Run (or resume) the whole sweep described by `cfg`; returns what it did."""
+    s = cfg.sweep
+    result = RunResult(run_dir=cfg.run_dir)
+    clock = _Clock(result.timings)
+    error_tables: list[pa.Table] = []
+    t_start = time.perf_counter()
+    ensure_ray(s.compute.address, s.compute.num_cpus, s.compute.progress_bars)
+
+    # -- ingest ----------------------------------------------------------------------------
+    with clock("ingest"):
+        items, shipped_questions, problems = ingest.load_items(cfg.benchmarks)
+        error_tables.append(problems)
+        items, bad_captions = ingest.drop_bad_captions(items)
+        error_tables.append(bad_captions)
+        items, report = ingest.hash_item_images(items)
+        result.reports.append(report)
+        error_tables.append(report.errors)
+        st.write_table(f"{result.run_dir}/items.parquet", schema.conform(items.to_arrow(), schema.ITEMS))
+    result.counts["items"] = items.height
+    result.counts["unique_captions"] = items["caption"].n_unique()
+    result.counts["unique_images"] = items["image_hash"].n_unique()
+
+    # -- questions -------------------------------------------------------------------------
+    sets = required_question_sets(s)
+    q = s.questions
+    with clock("questions"):
+        if q.source == "benchmark":
+            questions, errs = qstage.provided_questions(items, shipped_questions, sets)
+            error_tables.append(errs)
+            questions_by_backbone = {b: questions for b in s.backbones}
+        else:
+            generators = s.backbones if q.per_backbone else [q.generator]
+            generated = {}
+            for name in generators:
+                generated[name], report = qstage.generated_questions(
+                    items, sets, cfg.backbones[name], cfg.prompts, s.store, s.compute, q.max_questions
+                )
+                result.reports.append(report)
+                error_tables.append(report.errors)
+            questions = pl.concat(list(generated.values()))
+            questions_by_backbone = {b: generated[b if q.per_backbone else q.generator] for b in s.backbones}
+        st.write_table(f"{result.run_dir}/questions.parquet", schema.conform(questions.to_arrow(), schema.QUESTIONS))
+    result.counts["questions"] = questions.height
+
+    # -- answers and scores, one backbone at a time (one engine load each) ------------------
+    holistic = _needs_holistic(s.metrics)
+    score_frames = []
+    for name in s.backbones:
+        backbone = cfg.backbones[name]
+        with clock("requests"):
+            plan = plan_answers(items, questions_by_backbone[name], backbone, cfg.prompts, sets, holistic)
+        with clock("answers"):
+            answers, report = run_answers(plan, backbone, cfg.prompts, s.store, s.compute)
+        result.reports.append(report)
+        error_tables.append(report.errors)
+        with clock("scores"):
+            scores = score_items(items, plan, answers, backbone=name, metric_ids=list(s.metrics), lam=s.lam, probability=s.probability)
+            st.write_table(f"{result.run_dir}/scores/{name}.parquet", scores.to_arrow())
+        score_frames.append(scores)
+    result.scores = pl.concat(score_frames)
+
+    # -- meta-evaluation -------------------------------------------------------------------
+    with clock("metaeval"):
+        result.statistics, result.deltas, problems = metaevaluate(cfg, items, result.scores)
+        error_tables.append(problems)
+        st.write_table(f"{result.run_dir}/statistics.parquet", result.statistics.to_arrow())
+        st.write_table(f"{result.run_dir}/deltas.parquet", result.deltas.to_arrow())
+        _write_csv(f"{result.run_dir}/statistics.csv", result.statistics)
+        _write_csv(f"{result.run_dir}/deltas.csv", result.deltas)
+
+    errors = pl.from_arrow(pa.concat_tables([schema.conform(t, schema.ERRORS) for t in error_tables]))
+    result.errors = errors
+    st.write_table(f"{result.run_dir}/errors.parquet", errors.to_arrow())
+    result.counts["errors"] = errors.height
+    result.timings["total"] = time.perf_counter() - t_start
+    st.write_json(f"{result.run_dir}/manifest.json", manifest(cfg, result))
+    st.write_bytes_atomic(f"{result.run_dir}/summary.txt", summary_text(cfg, result).encode())
+    return result
+
+
+def metaevaluate(cfg: ResolvedConfig, items: pl.DataFrame, scores: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pa.Table]:
+    """Statistics per benchmark x backbone x metric, and target-minus-best-baseline deltas."""
+    from pipeline.metaeval import evaluate
+
+    s = cfg.sweep
+    stats, deltas, problems = [], [], []
+    metric_ids = [m for m in s.metrics if m != "mean_commitment"]
+    for name, bench in cfg.benchmarks.items():
+        bench_items = items.filter(pl.col("benchmark") == name)
+        bench_scores = scores.filter(pl.col("benchmark") == name)
+        if bench_items.height == 0:
+            continue
+        res = evaluate(
+            bench_scores.filter(pl.col("metric").is_in(metric_ids)),
+            bench_items,
+            bench.protocol,
+            baselines=list(s.baselines),
+            target=s.target,
+            n_resamples=s.bootstrap.n_resamples,
+            seed=s.bootstrap.seed,
+            confidence=s.bootstrap.confidence,
+            benchmark=name,
+        )
+        stats.append(res.statistics)
+        deltas.append(res.deltas)
+        problems += [{"stage": "metaeval", "benchmark": name, "reason": "metaeval_problem", "detail": str(p)} for p in res.problems]
+    statistics = pl.concat(stats, how="diagonal_relaxed") if stats else pl.DataFrame()
+    delta_table = pl.concat(deltas, how="diagonal_relaxed") if deltas else pl.DataFrame()
+    problem_table = schema.conform(pa.Table.from_pylist(problems), schema.ERRORS) if problems else schema.ERRORS.empty_table()
+    return statistics, delta_table, problem_table
+
+
+def _write_csv(url: str, frame: pl.DataFrame) -> None:
+    flat = frame.with_columns([pl.col(c).list.join(";") for c, t in frame.schema.items() if isinstance(t, pl.List)])
+    st.write_bytes_atomic(url, flat.write_csv().encode())
+
+
+def manifest(cfg: ResolvedConfig, result: RunResult) -> dict:
+    return {
+        "run_dir": result.run_dir,
+        "config": cfg.to_dict(),
+        "git_commit": git_commit(),
+        "versions": library_versions(),
+        "timings_s": {k: round(v, 3) for k, v in result.timings.items()},
+        "counts": result.counts,
+        "stages": [r.as_row() for r in result.reports],
+        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def summary_text(cfg: ResolvedConfig, result: RunResult) -> str:
+    """The human-readable end-of-run summary (also printed by jobs/sweep.py)."""
+    lines = [f"run: {cfg.sweep.run_name}   ({result.counts.get('items', 0)} items, "
+             f"{result.counts.get('unique_captions', 0)} captions, {result.counts.get('unique_images', 0)} images, "
+             f"{result.counts.get('questions', 0)} questions)"]
+    notes = {b.note for b in cfg.backbones.values() if b.note and b.name in cfg.sweep.backbones}
+    for note in sorted(notes):
+        lines.append(f"NOTE: {note}")
+    lines.append("")
+    lines.append(f"{'stage':<10} {'unit':<16} {'needed':>8} {'cached':>8} {'sent':>8} {'failed':>7} {'seconds':>8}")
+    for r in result.reports:
+        lines.append(f"{r.stage:<10} {r.unit:<16} {r.needed:>8} {r.cached:>8} {r.sent:>8} {r.failed:>7} {r.seconds:>8.1f}")
+    lines.append("")
+    lines.append("wall time per stage: " + ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items()))
+    if result.errors is not None and result.errors.height:
+        counts = result.errors.group_by("stage", "reason").len().sort("stage", "reason")
+        lines.append("errors: " + ", ".join(f"{r['stage']}/{r['reason']}: {r['len']}" for r in counts.iter_rows(named=True)))
+    else:
+        lines.append("errors: none")
+    if result.statistics is not None and result.statistics.height:
+        lines.append("")
+        lines.append(headline_table(result.statistics, cfg))
+    lines.append("")
+    lines.append(f"outputs: {result.run_dir}/  (items, questions, scores/, statistics, deltas, errors, manifest.json)")
+    lines.append(f"answer cache: {cfg.sweep.store}/")
+    return "\n".join(lines)
+
+
+def headline_table(statistics: pl.DataFrame, cfg: ResolvedConfig) -> str:
+    """Primary statistic per benchmark (columns) and backbone x metric (rows)."""
+    rows = []
+    for name, bench in cfg.benchmarks.items():
+        sub = statistics.filter(
+            (pl.col("benchmark") == name) & (pl.col("statistic") == bench.protocol.primary_statistic) & (pl.col("subset") == "all")
+        )
+        rows.append(sub.select("backbone", "metric", pl.col("value").alias(f"{name}:{bench.protocol.primary_statistic}")))
+    if not rows:
+        return ""
+    table = rows[0]
+    for other in rows[1:]:
+        table = table.join(other, on=["backbone", "metric"], how="full", coalesce=True)
+    order = {m: i for i, m in enumerate(cfg.sweep.metrics)}
+    table = table.with_columns(pl.col("metric").replace_strict(order, default=len(order)).alias("_o")).sort("backbone", "_o").drop("_o")
+    with pl.Config(tbl_rows=200, tbl_cols=20, float_precision=3, tbl_hide_dataframe_shape=True, tbl_formatting="ASCII_MARKDOWN", fmt_str_lengths=40):
+        return str(table)
