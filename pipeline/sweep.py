@@ -21,7 +21,7 @@ from pipeline.runtime import ensure_ray, git_commit, library_versions
 from pipeline.stages import ingest, questions as qstage
 from pipeline.stages.answers import plan_answers, run_answers
 from pipeline.stages.engine_stage import StageReport
-from pipeline.stages.scores import score_items
+from pipeline.stages.scores import question_records, score_items
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +121,9 @@ def run_sweep(cfg: ResolvedConfig) -> RunResult:
         with clock("scores"):
             scores = score_items(items, plan, answers, backbone=name, metric_ids=list(s.metrics), lam=s.lam, probability=s.probability)
             st.write_table(f"{result.run_dir}/scores/{name}.parquet", scores.to_arrow())
+            records = question_records(plan, answers, name)
+            if records.height:
+                st.write_table(f"{result.run_dir}/records/{name}.parquet", records.to_arrow())
         score_frames.append(scores)
     result.scores = pl.concat(score_frames)
 
@@ -216,7 +219,7 @@ def summary_text(cfg: ResolvedConfig, result: RunResult) -> str:
         lines.append("")
         lines.append(headline_table(result.statistics, cfg))
     lines.append("")
-    lines.append(f"outputs: {result.run_dir}/  (items, questions, scores/, statistics, deltas, errors, manifest.json)")
+    lines.append(f"outputs: {result.run_dir}/  (items, questions, scores/, records/, statistics, deltas, errors, manifest.json)")
     lines.append(f"answer cache: {cfg.sweep.store}/")
     return "\n".join(lines)
 

@@ -101,7 +101,7 @@ def generated_questions(
                 rows.append(q | {"caption": r["caption"], "source": generator.name})
         except ParseError as exc:
             errors.append(
-                {"stage": "questions", "benchmark": caption_benchmark.get(r["caption"]), "key": r["key"], "source": generator.name, "field": r["kind"], "reason": "unparseable_generation", "detail": f"{exc} | caption: {r['caption']!r} | output: {r['text'][:300]!r}"}
+                {"stage": "questions", "benchmark": caption_benchmark.get(r["caption"]), "key": r["key"], "source": generator.name, "field": r["kind"], "reason": "unparseable_generation", "detail": f"{exc.reason}: {exc} | caption: {r['caption']!r} | output: {r['text'][:300]!r}"}
             )
     questions = pl.from_arrow(schema.conform(pa.Table.from_pylist(rows), schema.QUESTIONS)) if rows else pl.from_arrow(schema.QUESTIONS.empty_table())
     if errors:

@@ -12,6 +12,18 @@ def _with_answer(frame: pl.DataFrame, answers: pl.DataFrame, key_col: str, suffi
     return frame.join(renamed, on=key_col, how="left")
 
 
+def question_records(plan: AnswerPlan, answers: pl.DataFrame, backbone: str) -> pl.DataFrame:
+    """Per-(item, question) evidence: the question, its answers on the image and from the
+    caption alone. Reports (answer distributions) and curation outputs read this table."""
+    if plan.questions is None or plan.questions.height == 0:
+        return pl.DataFrame()
+    q = _with_answer(_with_answer(plan.questions, answers, "key_v", "_v"), answers, "key_t", "_t")
+    return q.select(
+        "item_id", "caption", "image_hash", "question_set", "question_id", "question", "parents", "claim_type",
+        "logp_yes_v", "logp_no_v", "logp_yes_t", "logp_no_t",
+    ).with_columns(backbone=pl.lit(backbone))
+
+
 def metric_inputs(plan: AnswerPlan, answers: pl.DataFrame) -> dict[str, pl.DataFrame | None]:
     """The long answer tables the metric formulas read (docs/DESIGN.md). A request with no
     stored answer (it failed) leaves nulls, which the formulas turn into null scores."""
