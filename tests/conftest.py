@@ -30,3 +30,19 @@ def ray_session():
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm_dir(tmp_path_factory):
+    """A tiny random-weight Qwen3.5 VLM saved to disk once per session (~0.3 s)."""
+    from operators.tiny_models import build_tiny_vlm
+
+    return str(build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm") / "model"))
+
+
+@pytest.fixture(scope="session")
+def tiny_gdino_dir(tmp_path_factory):
+    """A tiny random-weight GroundingDINO saved to disk once per session (~0.2 s)."""
+    from operators.tiny_models import build_tiny_grounding_dino
+
+    return str(build_tiny_grounding_dino(tmp_path_factory.mktemp("tiny-gdino") / "model"))

@@ -1,0 +1,95 @@
+"""Transformers engine: any `AutoModelForImageTextToText` checkpoint, one forward pass per batch.
+
+Slower than vLLM but needs nothing beyond transformers, so it runs on a laptop CPU and in
+CI (with `builtin:tiny-vlm`). Batches are left-padded so the last position of every row is
+the model's next-token prediction for that row.
+
+Weights load in `spec.dtype` on GPU and in float32 on CPU (bfloat16 matmuls on CPU are slow
+and coarse); `engine_options: {cpu_dtype: bfloat16}` overrides the CPU choice.
+"""
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import torch
+from transformers import AutoModelForImageTextToText, AutoProcessor
+
+from operators.engines.base import Prompt
+from operators.engines.spec import BackboneSpec
+from operators.engines.yesno import render_prompt, yes_no_logprobs, yes_no_token_ids
+from operators.images import fit_pixels
+from operators.tiny_models import resolve_model_id
+
+
+class HFEngine:
+    def __init__(self, spec: BackboneSpec, device: str | None = None):
+        self.spec = spec
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        dtype = spec.dtype if self.device.type == "cuda" else spec.engine_options.get("cpu_dtype", "float32")
+        path = resolve_model_id(spec.model_id)
+        self.processor = AutoProcessor.from_pretrained(
+            path, revision=spec.revision, trust_remote_code=spec.trust_remote_code
+        )
+        self.tokenizer = self.processor.tokenizer
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model = AutoModelForImageTextToText.from_pretrained(
+            path, revision=spec.revision, dtype=getattr(torch, dtype), trust_remote_code=spec.trust_remote_code
+        ).to(self.device).eval()
+        self.yes_ids, self.no_ids = yes_no_token_ids(self.tokenizer, spec.yes_spellings, spec.no_spellings)
+
+    def score_yes_no(self, prompts: Sequence[Prompt]) -> np.ndarray:
+        out = np.empty((len(prompts), 2), dtype=np.float64)
+        for indices in self._batches(prompts):
+            inputs = self._encode([prompts[i] for i in indices])
+            with torch.inference_mode():
+                logits = self.model(**inputs, logits_to_keep=1).logits[:, -1, :]
+            logprobs = torch.log_softmax(logits.float(), dim=-1).cpu().numpy()
+            for row, i in zip(logprobs, indices, strict=True):
+                out[i] = yes_no_logprobs(row, self.yes_ids, self.no_ids)
+        return out
+
+    def generate(self, prompts: Sequence[Prompt], max_new_tokens: int) -> list[str]:
+        texts: list[str] = [""] * len(prompts)
+        for indices in self._batches(prompts):
+            inputs = self._encode([prompts[i] for i in indices])
+            with torch.inference_mode():
+                tokens = self.model.generate(
+                    **inputs, max_new_tokens=max_new_tokens, do_sample=False,
+                    temperature=None, top_p=None, top_k=None,
+                )
+            new_tokens = tokens[:, inputs["input_ids"].shape[1]:]
+            for text, i in zip(self.tokenizer.batch_decode(new_tokens, skip_special_tokens=True), indices, strict=True):
+                texts[i] = text
+        return texts
+
+    def close(self) -> None:
+        self.model = None
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def _batches(self, prompts: Sequence[Prompt]) -> Iterator[list[int]]:
+        """Indices in batches of `batch_size`; caption-only and image prompts never share one."""
+        for with_image in (False, True):
+            group = [i for i, p in enumerate(prompts) if (p.image is not None) == with_image]
+            for start in range(0, len(group), self.spec.batch_size):
+                yield group[start:start + self.spec.batch_size]
+
+    def _encode(self, prompts: Sequence[Prompt]):
+        texts = [
+            render_prompt(self.processor, p, self.spec.chat_template_kwargs, self.spec.assistant_prefix)
+            for p in prompts
+        ]
+        images = [
+            fit_pixels(p.image, self.spec.max_image_pixels, self.spec.min_image_pixels)
+            for p in prompts if p.image is not None
+        ]
+        # The chat template already wrote any BOS; the tokenizer must not add a second one.
+        inputs = self.processor(
+            text=texts, images=images or None, padding=True, add_special_tokens=False, return_tensors="pt"
+        )
+        return inputs.to(self.device, dtype=self.model.dtype)

@@ -1,0 +1,78 @@
+"""vLLM engine: a thin adapter; requests, ordering and parsing live in `vllm_requests`.
+
+`vllm` is imported when an engine is built, so this module imports on machines without it.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from operators.engines import vllm_requests as vr
+from operators.engines.base import Prompt
+from operators.engines.spec import BackboneSpec
+from operators.engines.yesno import render_prompt, yes_no_token_ids
+from operators.tiny_models import resolve_model_id
+
+
+def _import_vllm():
+    try:
+        import vllm
+    except ImportError as e:
+        raise ImportError(
+            "the vllm engine needs the vllm package: pip install '.[vllm]' "
+            "(or choose engine: hf for this backbone)"
+        ) from e
+    return vllm
+
+
+class VLLMEngine:
+    def __init__(self, spec: BackboneSpec):
+        vllm = _import_vllm()
+        from transformers import AutoProcessor  # vllm depends on transformers
+
+        self.spec = spec
+        self._vllm = vllm
+        path = resolve_model_id(spec.model_id)
+        # The chat template is rendered here, with the same code as the HF engine.
+        self.processor = AutoProcessor.from_pretrained(
+            path, revision=spec.revision, trust_remote_code=spec.trust_remote_code
+        )
+        tokenizer = getattr(self.processor, "tokenizer", self.processor)
+        self.tokenizer = tokenizer
+        self.yes_ids, self.no_ids = yes_no_token_ids(tokenizer, spec.yes_spellings, spec.no_spellings)
+        self.llm = vllm.LLM(
+            model=path,
+            revision=spec.revision,
+            dtype=spec.dtype,
+            tensor_parallel_size=spec.tensor_parallel_size,
+            max_model_len=spec.max_model_len,
+            gpu_memory_utilization=spec.gpu_memory_utilization,
+            enable_prefix_caching=True,
+            limit_mm_per_prompt={"image": 1},
+            trust_remote_code=spec.trust_remote_code,
+            **dict(spec.engine_options),
+        )
+
+    def score_yes_no(self, prompts: Sequence[Prompt]) -> np.ndarray:
+        params = self._vllm.SamplingParams(**vr.yes_no_sampling_kwargs(self.yes_ids, self.no_ids))
+        outputs = self._run(prompts, params)
+        rows = [vr.parse_yes_no(o, self.yes_ids, self.no_ids) for o in outputs]
+        return np.asarray(rows, dtype=np.float64).reshape(len(prompts), 2)
+
+    def generate(self, prompts: Sequence[Prompt], max_new_tokens: int) -> list[str]:
+        params = self._vllm.SamplingParams(**vr.generation_sampling_kwargs(max_new_tokens))
+        return [vr.parse_text(o) for o in self._run(prompts, params)]
+
+    def close(self) -> None:
+        self.llm = None
+
+    def _run(self, prompts: Sequence[Prompt], params) -> list:
+        """Send all prompts at once (vLLM schedules them), image-grouped; answers in input order."""
+        requests, order = vr.prepare(prompts, self._render, self.spec.max_image_pixels, self.spec.min_image_pixels)
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        return vr.restore_order(list(outputs), order)
+
+    def _render(self, prompt: Prompt) -> str:
+        text = render_prompt(self.processor, prompt, self.spec.chat_template_kwargs, self.spec.assistant_prefix)
+        return vr.strip_duplicate_bos(text, self.tokenizer)

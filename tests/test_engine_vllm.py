@@ -1,0 +1,220 @@
+"""vLLM request building (pure) and the vLLM adapter against a recording fake `vllm`."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+from scipy.special import logsumexp
+
+from operators.engines import load_engine
+from operators.engines import vllm_requests as vr
+from operators.engines.base import Prompt
+from operators.engines.spec import BackboneSpec
+from operators.engines.yesno import render_prompt
+
+FAKE_VLLM = Path(__file__).parent / "fake_vllm" / "vllm" / "__init__.py"
+
+IMAGES = {
+    "img-a": Image.new("RGB", (64, 64), (200, 0, 0)),
+    "img-b": Image.new("RGB", (300, 200), (0, 200, 0)),  # over the budget below: gets resized
+}
+
+
+def _prompt(user, image_id=None, system=None, anonymous_image=False) -> Prompt:
+    if anonymous_image:
+        return Prompt(user=user, image=Image.new("RGB", (48, 48), (9, 9, 9)), system=system)
+    return Prompt(user=user, image=IMAGES.get(image_id), image_id=image_id, system=system)
+
+
+PROMPTS = [
+    _prompt("Is there a cat?", "img-a"),
+    _prompt("Is there a dog?", "img-b"),
+    _prompt("Is the cat red?", "img-a", "Answer yes or no."),
+    _prompt("Does the caption imply a cat?"),
+    _prompt("Is the dog green?", "img-b"),
+    _prompt("Is it dark?", anonymous_image=True),
+    _prompt("Is the car blue?"),
+]
+
+
+# --- pure request building ---------------------------------------------------------------
+
+def test_image_grouped_order_hand_example():
+    order = vr.image_grouped_order(PROMPTS)
+    # Groups by first appearance: img-a (0, 2), img-b (1, 4), caption-only (3, 6), anonymous (5).
+    assert order.tolist() == [0, 2, 1, 4, 3, 6, 5]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b", "c", None, "anon"]), max_size=30))
+def test_image_grouped_order_invariants(kinds):
+    image = Image.new("RGB", (2, 2))
+    prompts = [
+        Prompt(f"q{i}", None if k is None else image, None if k in (None, "anon") else k)
+        for i, k in enumerate(kinds)
+    ]
+    order = vr.image_grouped_order(prompts)
+    assert sorted(order.tolist()) == list(range(len(prompts)))
+    ids = [prompts[i].image_id for i in order if prompts[i].image_id is not None]
+    for image_id in set(ids):  # each image's requests are contiguous
+        positions = [k for k, x in enumerate(ids) if x == image_id]
+        assert positions == list(range(positions[0], positions[0] + len(positions)))
+    for group in set(kinds) - {"anon"}:  # within a group, input order is kept
+        members = [i for i in order if kinds[i] == group]
+        assert members == sorted(members)
+    grouped = [prompts[i].user for i in order]
+    assert vr.restore_order(grouped, order) == [p.user for p in prompts]
+
+
+def test_restore_order_rejects_wrong_length():
+    with pytest.raises(ValueError, match="2 results for 3 requests"):
+        vr.restore_order([1, 2], np.array([0, 1, 2]))
+
+
+def test_build_request_fields():
+    request = vr.build_request(_prompt("Q?", "img-b"), "TEXT", max_pixels=100 * 100, min_pixels=10)
+    assert set(request) == {"prompt", "multi_modal_data", "multi_modal_uuids"}
+    assert request["prompt"] == "TEXT"
+    assert request["multi_modal_uuids"] == {"image": ["img-b"]}
+    image = request["multi_modal_data"]["image"]
+    assert isinstance(image, Image.Image) and image.size == (122, 81)  # 300x200 scaled by sqrt(1e4/6e4)
+    assert vr.build_request(_prompt("Q?"), "T", 100, 10) == {"prompt": "T"}
+    anonymous = vr.build_request(_prompt("Q?", anonymous_image=True), "T", 10_000, 10)
+    assert set(anonymous) == {"prompt", "multi_modal_data"}  # vLLM hashes the pixels itself
+
+
+def test_sampling_kwargs_ask_for_exact_ids_and_never_prompt_logprobs():
+    kwargs = vr.yes_no_sampling_kwargs([5, 3, 5], [9])
+    assert kwargs == {"max_tokens": 1, "temperature": 0.0, "logprob_token_ids": [3, 5, 9]}
+    generation = vr.generation_sampling_kwargs(40)
+    assert generation["max_tokens"] == 40 and generation["temperature"] == 0.0
+    for k in (kwargs, generation):
+        assert "prompt_logprobs" not in k and "logprobs" not in k
+
+
+class _Tokenizer:
+    def __init__(self, bos, adds_bos):
+        self.bos_token, self.bos_token_id, self.adds_bos = bos, 1, adds_bos
+
+    def encode(self, text, add_special_tokens=True):
+        return ([1] if add_special_tokens and self.adds_bos else []) + [ord(c) for c in text]
+
+
+def test_strip_duplicate_bos():
+    assert vr.strip_duplicate_bos("<bos><start>hi", _Tokenizer("<bos>", adds_bos=True)) == "<start>hi"
+    assert vr.strip_duplicate_bos("<bos><start>hi", _Tokenizer("<bos>", adds_bos=False)) == "<bos><start>hi"
+    assert vr.strip_duplicate_bos("<start>hi", _Tokenizer("<bos>", adds_bos=True)) == "<start>hi"
+    assert vr.strip_duplicate_bos("<start>hi", _Tokenizer(None, adds_bos=False)) == "<start>hi"
+
+
+# --- the adapter, against the fake vllm ----------------------------------------------------
+
+@pytest.fixture
+def fake_vllm(monkeypatch):
+    spec = importlib.util.spec_from_file_location("vllm", FAKE_VLLM)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "vllm", module)  # before exec: its dataclasses look themselves up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def backbone(tiny_vlm_dir):
+    return BackboneSpec(
+        name="tiny-vllm", model_id=tiny_vlm_dir, engine="vllm", revision="abc123", dtype="bfloat16",
+        tensor_parallel_size=2, max_model_len=4096, gpu_memory_utilization=0.7,
+        max_image_pixels=100 * 100, min_image_pixels=32 * 32, engine_options={"enforce_eager": True},
+    )
+
+
+@pytest.fixture
+def engine(fake_vllm, backbone):
+    engine = load_engine(backbone)
+    yield engine
+    engine.close()
+
+
+def test_llm_is_built_with_the_backbone_settings(engine, fake_vllm, backbone, tiny_vlm_dir):
+    (llm,) = fake_vllm.LLM_INSTANCES
+    assert llm.model == tiny_vlm_dir
+    assert llm.kwargs == {
+        "revision": "abc123", "dtype": "bfloat16", "tensor_parallel_size": 2, "max_model_len": 4096,
+        "gpu_memory_utilization": 0.7, "enable_prefix_caching": True, "limit_mm_per_prompt": {"image": 1},
+        "trust_remote_code": False, "enforce_eager": True,
+    }
+    assert type(engine).__name__ == "VLLMEngine"
+
+
+def test_score_sends_one_grouped_call_and_parses_answers(engine, fake_vllm, backbone):
+    scores = engine.score_yes_no(PROMPTS)
+    (call,) = fake_vllm.LLM_INSTANCES[0].calls
+    assert call.kwargs == {"use_tqdm": False}
+
+    params = call.params.kwargs
+    assert params["max_tokens"] == 1 and params["temperature"] == 0.0
+    assert params["logprob_token_ids"] == sorted({*engine.yes_ids, *engine.no_ids})
+    assert "prompt_logprobs" not in params and "logprobs" not in params
+
+    requests = call.requests
+    order = [0, 2, 1, 4, 3, 6, 5]
+    for request, i in zip(requests, order, strict=True):
+        prompt = PROMPTS[i]
+        assert request["prompt"] == render_prompt(engine.processor, prompt)
+        if prompt.image is None:
+            assert set(request) == {"prompt"}
+        else:
+            assert request["multi_modal_data"]["image"].size[0] * request["multi_modal_data"]["image"].size[1] <= 10_000
+        if prompt.image_id is not None:
+            assert request["multi_modal_uuids"] == {"image": [prompt.image_id]}
+    assert requests[2]["multi_modal_data"]["image"].size == (122, 81)  # img-b, fitted
+    assert "multi_modal_uuids" not in requests[-1]  # the anonymous image
+
+    # Expected answers from the fake's own formula, in input order.
+    expected = np.empty((len(PROMPTS), 2))
+    for request, i in zip(requests, order, strict=True):
+        expected[i] = [
+            logsumexp([fake_vllm.fake_logprob(request, t) for t in engine.yes_ids]),
+            logsumexp([fake_vllm.fake_logprob(request, t) for t in engine.no_ids]),
+        ]
+    assert scores.shape == (len(PROMPTS), 2) and scores.dtype == np.float64
+    np.testing.assert_allclose(scores, expected, rtol=0, atol=1e-12)
+
+
+def test_generate_is_greedy_and_in_input_order(engine, fake_vllm):
+    texts = engine.generate(PROMPTS, max_new_tokens=64)
+    (call,) = fake_vllm.LLM_INSTANCES[0].calls
+    assert call.params.kwargs["max_tokens"] == 64 and call.params.kwargs["temperature"] == 0.0
+    assert "logprob_token_ids" not in call.params.kwargs
+    by_prompt = {r["prompt"]: fake_vllm.fake_text(r) for r in call.requests}
+    assert texts == [by_prompt[render_prompt(engine.processor, p)] for p in PROMPTS]
+
+
+def test_assistant_prefix_and_template_kwargs_reach_the_prompt(fake_vllm, backbone):
+    backbone.assistant_prefix = "<think>\n\n</think>\n\n"
+    engine = load_engine(backbone)
+    engine.score_yes_no([PROMPTS[0]])
+    (request,) = fake_vllm.LLM_INSTANCES[0].calls[0].requests
+    assert request["prompt"].endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+def test_parse_rejects_outputs_without_requested_logprobs(fake_vllm):
+    completion = fake_vllm.CompletionOutput(0, "Yes", [7], None)
+    with pytest.raises(ValueError, match="r1: no logprobs returned"):
+        vr.parse_yes_no(fake_vllm.RequestOutput("r1", "p", [completion]), [1], [2])
+    partial = fake_vllm.CompletionOutput(0, "Yes", [7], [{1: fake_vllm.Logprob(-0.1)}])
+    with pytest.raises(ValueError, match=r"lack requested ids \[2\]"):
+        vr.parse_yes_no(fake_vllm.RequestOutput("r2", "p", [partial]), [1], [2])
+    with pytest.raises(ValueError, match="r3: no completion"):
+        vr.parse_yes_no(fake_vllm.RequestOutput("r3", "p", []), [1], [2])
+
+
+def test_missing_vllm_gives_install_hint(monkeypatch, backbone):
+    monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` raise ImportError
+    with pytest.raises(ImportError, match=r"pip install '\.\[vllm\]'"):
+        load_engine(backbone)
