@@ -55,7 +55,7 @@ def load_items(benchmarks: dict[str, BenchmarkSpec]) -> tuple[pl.DataFrame, pl.D
             question_frames.append(pl.from_arrow(schema.conform(result.questions, schema.QUESTIONS, what=f"benchmark {name} questions")))
         for p in result.problems:
             problems.append(
-                {"stage": "ingest", "benchmark": name, "source": p.file, "field": p.field, "reason": "bad_record", "detail": f"record {p.record}: {p.message}"}
+                {"stage": "ingest", "benchmark": name, "source": p.file, "field": p.field, "reason": "bad_record", "detail": f"{p.record}: {p.message}"}
             )
         log.info("benchmark %s: %d items, %d problems", name, items.height, len(result.problems))
     items = pl.concat(frames) if frames else pl.from_arrow(schema.ITEMS.empty_table())
