@@ -278,12 +278,16 @@ def parse_overrides(args: Sequence[str]) -> tuple[str, DictConfig]:
         raise ConfigError(str(rest), str(exc).splitlines()[0]) from exc
 
 
-def load_config(args: Sequence[str] = (), conf_dir: Path | str | None = None) -> ResolvedConfig:
-    """Resolve `sweep=<preset> key=value ...` into a validated ResolvedConfig."""
+def load_config(args: Sequence[str] = (), conf_dir: Path | str | None = None, overrides: dict | None = None) -> ResolvedConfig:
+    """Resolve `sweep=<preset> key=value ...` into a validated ResolvedConfig.
+
+    `overrides` (a nested dict, applied last) is the programmatic twin of the command line.
+    """
     conf = Path(conf_dir) if conf_dir else CONF_DIR
-    preset, overrides = parse_overrides(args)
+    preset, cli = parse_overrides(args)
     preset_cfg = _read_yaml(conf / "sweep" / f"{preset}.yaml", "sweep")
-    merged = _structured(SweepConfig, preset_cfg, overrides, key="sweep")
+    layers = [preset_cfg, cli] + ([OmegaConf.create(overrides)] if overrides else [])
+    merged = _structured(SweepConfig, *layers, key="sweep")
     sweep: SweepConfig = _to_object(merged, "sweep")
     sweep.root = _absolute(sweep.root)
     sweep.store = _absolute(sweep.store)

@@ -93,20 +93,28 @@ def run_engine_stage(
     report = StageReport(stage=stage, unit=unit, needed=requests.num_rows)
     if requests.num_rows == 0:
         return report
-    todo = requests.filter(store.missing(requests.column("key")))
-    report.cached = requests.num_rows - todo.num_rows
-    if todo.num_rows == 0:
+    # Batches are cut from the FULL request list, then filtered to the missing keys: a resumed
+    # run sends exactly the batches the interrupted run had not finished, with the same
+    # composition (so even batch-dependent numerics are identical) and the same part names.
+    rows = compute.rows_per_part
+    missing = store.missing(requests.column("key"))
+    blocks = []
+    for start_row in range(0, requests.num_rows, rows):
+        block = requests.slice(start_row, rows).filter(missing.slice(start_row, rows))
+        if block.num_rows:
+            blocks.append(block)
+    n_todo = sum(b.num_rows for b in blocks)
+    report.cached = requests.num_rows - n_todo
+    if n_todo == 0:
         report.seconds = time.perf_counter() - start
         log.info("%s/%s: all %d keys cached", stage, unit, report.needed)
         return report
 
-    log.info("%s/%s: %d needed, %d cached, %d to compute", stage, unit, report.needed, report.cached, todo.num_rows)
-    rows = compute.rows_per_part
-    blocks = [todo.slice(i, rows) for i in range(0, todo.num_rows, rows)]
+    log.info("%s/%s: %d needed, %d cached, %d to compute", stage, unit, report.needed, report.cached, n_todo)
     dataset = ray.data.from_arrow(blocks).map_batches(
         worker_cls,
         fn_constructor_kwargs=worker_kwargs,
-        batch_size=rows,
+        batch_size=None,  # one block = one engine call = one stored part
         batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(size=compute.engines_per_backbone),
         **actor_resources(backbone, compute),
