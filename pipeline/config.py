@@ -260,15 +260,15 @@ def _to_object(cfg: DictConfig, key: str):
         raise ConfigError(where, str(exc).splitlines()[0]) from exc
 
 
-def parse_overrides(args: Sequence[str]) -> tuple[str, DictConfig]:
-    """Split `sweep=<preset>` from the other `key=value` overrides (OmegaConf dotlist syntax)."""
-    preset = "smoke"
+def parse_overrides(args: Sequence[str], preset_key: str = "sweep") -> tuple[str, DictConfig]:
+    """Split `<preset_key>=<preset>` from the other `key=value` overrides (OmegaConf dotlist syntax)."""
+    preset = "smoke" if preset_key == "sweep" else "default"
     rest = []
     for arg in args:
         if "=" not in arg:
-            raise ConfigError(arg, "overrides are written key=value (e.g. sweep=smoke backbones=[smoke])")
+            raise ConfigError(arg, f"overrides are written key=value (e.g. {preset_key}={preset} backbones=[smoke])")
         key, value = arg.split("=", 1)
-        if key == "sweep":
+        if key == preset_key:
             preset = value
         else:
             rest.append(arg)
@@ -278,17 +278,26 @@ def parse_overrides(args: Sequence[str]) -> tuple[str, DictConfig]:
         raise ConfigError(str(rest), str(exc).splitlines()[0]) from exc
 
 
-def load_config(args: Sequence[str] = (), conf_dir: Path | str | None = None, overrides: dict | None = None) -> ResolvedConfig:
+def load_config(
+    args: Sequence[str] = (),
+    conf_dir: Path | str | None = None,
+    overrides: dict | None = None,
+    *,
+    schema: type = SweepConfig,
+    preset_key: str = "sweep",
+) -> ResolvedConfig:
     """Resolve `sweep=<preset> key=value ...` into a validated ResolvedConfig.
 
     `overrides` (a nested dict, applied last) is the programmatic twin of the command line.
+    Other jobs reuse this with their own schema (a SweepConfig subclass) and preset folder,
+    e.g. curation: `schema=CurationConfig, preset_key="curation"` reads conf/curation/.
     """
     conf = Path(conf_dir) if conf_dir else CONF_DIR
-    preset, cli = parse_overrides(args)
-    preset_cfg = _read_yaml(conf / "sweep" / f"{preset}.yaml", "sweep")
+    preset, cli = parse_overrides(args, preset_key=preset_key)
+    preset_cfg = _read_yaml(conf / preset_key / f"{preset}.yaml", preset_key)
     layers = [preset_cfg, cli] + ([OmegaConf.create(overrides)] if overrides else [])
-    merged = _structured(SweepConfig, *layers, key="sweep")
-    sweep: SweepConfig = _to_object(merged, "sweep")
+    merged = _structured(schema, *layers, key=preset_key)
+    sweep: SweepConfig = _to_object(merged, preset_key)
     sweep.root = _absolute(sweep.root)
     sweep.store = _absolute(sweep.store)
     sweep.data_root = _absolute(sweep.data_root)
@@ -328,16 +337,16 @@ def load_config(args: Sequence[str] = (), conf_dir: Path | str | None = None, ov
     prompts = PromptSet(version=str(prompts_cfg.get("version", sweep.prompts)), templates=templates)
 
     resolved = ResolvedConfig(sweep=sweep, backbones=backbones, benchmarks=benchmarks, prompts=prompts)
-    validate(resolved)
+    validate(resolved, require_benchmarks=preset_key == "sweep")
     return resolved
 
 
-def validate(cfg: ResolvedConfig) -> None:
+def validate(cfg: ResolvedConfig, require_benchmarks: bool = True) -> None:
     """Checks that need more than types: names, ranges, combinations."""
     s = cfg.sweep
     if not s.backbones:
         raise ConfigError("backbones", "no backbone selected")
-    if not s.benchmarks:
+    if require_benchmarks and not s.benchmarks:
         raise ConfigError("benchmarks", "no benchmark selected")
     if not 0.0 <= s.lam <= 1.0:
         raise ConfigError("lam", f"must be in [0, 1], got {s.lam}")

@@ -16,12 +16,11 @@ import pyarrow as pa
 
 from operators import schema
 from pipeline import store as st
-from pipeline.config import HOLISTIC_METRICS, ResolvedConfig, required_question_sets
+from pipeline.config import ResolvedConfig
 from pipeline.runtime import ensure_ray, git_commit, library_versions
-from pipeline.stages import ingest, questions as qstage
-from pipeline.stages.answers import plan_answers, run_answers
+from pipeline.scoring import Timings, score_items_all_backbones
+from pipeline.stages import ingest
 from pipeline.stages.engine_stage import StageReport
-from pipeline.stages.scores import question_records, score_items
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +29,7 @@ log = logging.getLogger(__name__)
 class RunResult:
     run_dir: str
     reports: list[StageReport] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
+    timings: Timings = field(default_factory=Timings)
     counts: dict[str, int] = field(default_factory=dict)
     errors: pl.DataFrame | None = None
     scores: pl.DataFrame | None = None
@@ -41,32 +40,11 @@ class RunResult:
         return pl.DataFrame([r.as_row() for r in self.reports])
 
 
-def _needs_holistic(metric_ids: list[str]) -> bool:
-    return any(m in HOLISTIC_METRICS or m == "depict" or m.endswith("+vqascore") for m in metric_ids)
-
-
-class _Clock:
-    def __init__(self, timings: dict[str, float]):
-        self.timings = timings
-
-    def __call__(self, name: str):
-        clock = self
-
-        class _Span:
-            def __enter__(self):
-                self.start = time.perf_counter()
-
-            def __exit__(self, *exc):
-                clock.timings[name] = clock.timings.get(name, 0.0) + time.perf_counter() - self.start
-
-        return _Span()
-
-
 def run_sweep(cfg: ResolvedConfig) -> RunResult:
     """Run (or resume) the whole sweep described by `cfg`; returns what it did."""
     s = cfg.sweep
     result = RunResult(run_dir=cfg.run_dir)
-    clock = _Clock(result.timings)
+    clock = result.timings
     error_tables: list[pa.Table] = []
     t_start = time.perf_counter()
     ensure_ray(s.compute.address, s.compute.num_cpus, s.compute.progress_bars)
@@ -85,47 +63,12 @@ def run_sweep(cfg: ResolvedConfig) -> RunResult:
     result.counts["unique_captions"] = items["caption"].n_unique()
     result.counts["unique_images"] = items["image_hash"].n_unique()
 
-    # -- questions -------------------------------------------------------------------------
-    sets = required_question_sets(s)
-    q = s.questions
-    with clock("questions"):
-        if q.source == "benchmark":
-            questions, errs = qstage.provided_questions(items, shipped_questions, sets)
-            error_tables.append(errs)
-            questions_by_backbone = {b: questions for b in s.backbones}
-        else:
-            generators = s.backbones if q.per_backbone else [q.generator]
-            generated = {}
-            for name in generators:
-                generated[name], report = qstage.generated_questions(
-                    items, sets, cfg.backbones[name], cfg.prompts, s.store, s.compute, q.max_questions
-                )
-                result.reports.append(report)
-                error_tables.append(report.errors)
-            questions = pl.concat(list(generated.values()))
-            questions_by_backbone = {b: generated[b if q.per_backbone else q.generator] for b in s.backbones}
-        st.write_table(f"{result.run_dir}/questions.parquet", schema.conform(questions.to_arrow(), schema.QUESTIONS))
-    result.counts["questions"] = questions.height
-
-    # -- answers and scores, one backbone at a time (one engine load each) ------------------
-    holistic = _needs_holistic(s.metrics)
-    score_frames = []
-    for name in s.backbones:
-        backbone = cfg.backbones[name]
-        with clock("requests"):
-            plan = plan_answers(items, questions_by_backbone[name], backbone, cfg.prompts, sets, holistic)
-        with clock("answers"):
-            answers, report = run_answers(plan, backbone, cfg.prompts, s.store, s.compute)
-        result.reports.append(report)
-        error_tables.append(report.errors)
-        with clock("scores"):
-            scores = score_items(items, plan, answers, backbone=name, metric_ids=list(s.metrics), lam=s.lam, probability=s.probability)
-            st.write_table(f"{result.run_dir}/scores/{name}.parquet", scores.to_arrow())
-            records = question_records(plan, answers, name)
-            if records.height:
-                st.write_table(f"{result.run_dir}/records/{name}.parquet", records.to_arrow())
-        score_frames.append(scores)
-    result.scores = pl.concat(score_frames)
+    # -- questions, answers, scores (shared with curation) ----------------------------------
+    scored = score_items_all_backbones(items, shipped_questions, cfg, result.run_dir, result.timings)
+    result.reports += scored.reports
+    error_tables += scored.errors
+    result.scores = scored.scores
+    result.counts["questions"] = scored.questions.height
 
     # -- meta-evaluation -------------------------------------------------------------------
     with clock("metaeval"):
@@ -166,7 +109,6 @@ def metaevaluate(cfg: ResolvedConfig, items: pl.DataFrame, scores: pl.DataFrame)
             target=s.target,
             n_resamples=s.bootstrap.n_resamples,
             seed=s.bootstrap.seed,
-            confidence=s.bootstrap.confidence,
             benchmark=name,
         )
         stats.append(res.statistics)
