@@ -16,10 +16,18 @@ import pyarrow as pa
 
 from operators import schema
 from pipeline import store as st
-from pipeline.config import HOLISTIC_METRICS, ResolvedConfig, required_question_sets
+from pipeline.config import (
+    HOLISTIC_METRICS,
+    ResolvedConfig,
+    is_answer_metric,
+    judge_kinds,
+    required_question_sets,
+)
 from pipeline.stages import questions as qstage
 from pipeline.stages.answers import plan_answers, run_answers
 from pipeline.stages.engine_stage import StageReport
+from pipeline.stages.evidence import run_evidence
+from pipeline.stages.judge import run_judge
 from pipeline.stages.scores import question_records, score_items
 
 
@@ -86,12 +94,40 @@ def score_items_all_backbones(items: pl.DataFrame, shipped: pl.DataFrame | None,
         out.reports.append(report)
         out.errors.append(report.errors)
         with timings("scores"):
-            scores = score_items(items, plan, answers, backbone=name, metric_ids=list(s.metrics), lam=s.lam, probability=s.probability)
+            scores = score_items(items, plan, answers, backbone=name, metric_ids=[m for m in s.metrics if is_answer_metric(m)], lam=s.lam, probability=s.probability)
             st.write_table(f"{out_dir}/scores/{name}.parquet", scores.to_arrow())
             records = question_records(plan, answers, name)
             if records.height:
                 st.write_table(f"{out_dir}/records/{name}.parquet", records.to_arrow())
+        scores = add_evidence_and_judge(items, plan, answers, scores, backbone, cfg, out_dir, timings, out)
         frames.append(scores)
     if frames:
         out.scores = pl.concat(frames)
     return out
+
+
+def add_evidence_and_judge(items: pl.DataFrame, plan, answers: pl.DataFrame, scores: pl.DataFrame, backbone, cfg: ResolvedConfig, out_dir: str, timings: Timings, out: Scored) -> pl.DataFrame:
+    """Evidence checks (grounding, views, deltas) and the VLM judge for one backbone, after its
+    answers and scores: their metric rows join the backbone's scores (rewritten if any)."""
+    s = cfg.sweep
+    extra = []
+    evidence = run_evidence(items, plan, answers, scores, backbone, cfg, out_dir, timings)
+    out.reports += evidence.reports
+    out.errors += evidence.errors
+    extra.append(evidence.scores)
+    kinds = judge_kinds(s)
+    if kinds:
+        with timings("judge"):
+            judged, report = run_judge(
+                items, kinds, backbone, cfg.prompts, s.store, s.compute,
+                metric_ids=list(s.metrics), max_new_tokens=s.judge.max_new_tokens, out_dir=out_dir,
+            )
+        out.reports.append(report)
+        out.errors.append(report.errors)
+        extra.append(judged)
+    extra = [frame for frame in extra if frame.height]
+    if not extra:
+        return scores
+    scores = pl.concat([scores, *extra])
+    st.write_table(f"{out_dir}/scores/{backbone.name}.parquet", scores.to_arrow())
+    return scores

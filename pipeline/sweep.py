@@ -140,9 +140,11 @@ def manifest(cfg: ResolvedConfig, result: RunResult) -> dict:
 
 def summary_text(cfg: ResolvedConfig, result: RunResult) -> str:
     """The human-readable end-of-run summary (also printed by jobs/sweep.py)."""
-    lines = [f"run: {cfg.sweep.run_name}   ({result.counts.get('items', 0)} items, "
-             f"{result.counts.get('unique_captions', 0)} captions, {result.counts.get('unique_images', 0)} images, "
-             f"{result.counts.get('questions', 0)} questions)"]
+    c = result.counts
+    lines = [
+        f"run: {cfg.sweep.run_name}   ({c.get('items', 0)} items, {c.get('unique_captions', 0)} captions, "
+        f"{c.get('unique_images', 0)} images, {c.get('questions', 0)} questions)"
+    ]
     notes = {b.note for b in cfg.backbones.values() if b.note and b.name in cfg.sweep.backbones}
     for note in sorted(notes):
         lines.append(f"NOTE: {note}")

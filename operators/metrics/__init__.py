@@ -23,6 +23,10 @@ from operators.metrics.decomposed import (
     dsg_scores,
     resolve_conventions,
 )
+from operators.metrics.frames import (
+    empty_scores,
+    requested_items,
+)
 from operators.metrics.holistic import (
     DEPICT_LAMBDA,
     HOLISTIC_METRICS,
@@ -35,10 +39,8 @@ from operators.metrics.holistic import (
 from operators.metrics.probability import (
     CONVENTIONS,
     check_convention,
-    empty_scores,
     log_yes_probability,
     log_yes_probability_expr,
-    requested_items,
     yes_probability,
     yes_probability_expr,
 )

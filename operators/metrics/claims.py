@@ -16,14 +16,16 @@ from collections.abc import Iterable
 import polars as pl
 import pyarrow as pa
 
-from operators.metrics.probability import (
+from operators.metrics.frames import (
     check_unique,
-    usable_answer_expr,
-    log_yes_probability_expr,
     long_scores,
     missing_note,
     read_table,
     requested_items,
+)
+from operators.metrics.probability import (
+    log_yes_probability_expr,
+    usable_answer_expr,
     yes_probability_expr,
 )
 

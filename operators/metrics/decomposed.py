@@ -16,16 +16,18 @@ from collections.abc import Iterable, Mapping
 import polars as pl
 import pyarrow as pa
 
-from operators.metrics.probability import (
-    check_convention,
+from operators.metrics.frames import (
     check_unique,
     empty_scores,
-    usable_answer_expr,
-    log_yes_probability_expr,
     long_scores,
     missing_note,
     read_table,
     requested_items,
+)
+from operators.metrics.probability import (
+    check_convention,
+    log_yes_probability_expr,
+    usable_answer_expr,
     yes_probability_expr,
 )
 

@@ -13,13 +13,15 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from operators.metrics.probability import (
+from operators.metrics.frames import (
     METRIC_COLUMNS,
     check_unique,
-    usable_answer_expr,
     long_scores,
     read_table,
     requested_items,
+)
+from operators.metrics.probability import (
+    usable_answer_expr,
     yes_probability_expr,
 )
 
