@@ -1,0 +1,54 @@
+"""Write the report tables and figures of a finished run:
+`python jobs/tables.py run=<run dir or s3://...> [out=<dir>] [formats=[md,tex,csv]] [n_resamples=N]`.
+
+`out` defaults to <run>/tables/. `n_resamples` overrides the run's bootstrap size for the
+intervals computed here (commitment gain, answer distributions). Prints the index.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runnable from a fresh clone
+
+from pipeline.reports.write import FORMATS, index_markdown, write_reports  # noqa: E402
+
+USAGE = "usage: python jobs/tables.py run=<run dir or s3://...> [out=<dir>] [formats=[md,tex,csv]] [n_resamples=N]"
+
+
+def parse_args(argv: list[str]) -> dict:
+    """key=value arguments; `formats` is a list written [md,tex] or md,tex."""
+    args: dict = {"out": None, "formats": list(FORMATS), "n_resamples": None}
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if not sep or key not in ("run", "out", "formats", "n_resamples"):
+            raise ValueError(f"unexpected argument {arg!r}")
+        if key == "formats":
+            args[key] = [f.strip() for f in value.strip("[]").split(",") if f.strip()]
+        elif key == "n_resamples":
+            args[key] = int(value)
+        else:
+            args[key] = value
+    if "run" not in args:
+        raise ValueError("run=<run dir or s3://...> is required")
+    return args
+
+
+def main(argv: list[str]) -> int:
+    try:
+        args = parse_args(argv)
+    except ValueError as exc:
+        print(f"{exc}\n{USAGE}", file=sys.stderr)
+        return 2
+    try:
+        index = write_reports(args["run"], args["out"], args["formats"], n_resamples=args["n_resamples"])
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(index_markdown(index))
+    print(f"written to {index['out']}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
