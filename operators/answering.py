@@ -146,3 +146,54 @@ def generate_batch(
                 out.append({"key": row["key"], "backbone": row["backbone"], "kind": row["kind"], "text": text})
     generations = pa.Table.from_pylist(out, schema=schema.GENERATIONS) if out else schema.GENERATIONS.empty_table()
     return generations, _error_rows(errors, "questions")
+
+
+# image generation kind -> template name (the caption fills {caption}; the image is shown first)
+IMAGE_GENERATION_TEMPLATES = {
+    "judge_holistic": "judge_holistic",
+    "judge_decomposed": "judge_decomposed",
+}
+
+
+def generate_image_batch(
+    engine: Engine,
+    batch: pa.Table,
+    templates: Mapping[str, str],
+    load_image: ImageLoader,
+    *,
+    max_new_tokens: int,
+    system: str | None = None,
+    stage: str = "judge",
+) -> tuple[pa.Table, pa.Table]:
+    """Greedy generations that look at an image (VLM-as-judge).
+
+    Rows have key, backbone, kind (a key of IMAGE_GENERATION_TEMPLATES), image_hash,
+    image_uri and caption. Each image is decoded once per batch; an unreadable image or a
+    failing prompt is one error row, and the rest of the batch is still generated.
+    """
+    rows = batch.to_pylist()
+    images, failures = _load_images(rows, load_image)
+    errors: list[dict] = []
+    todo_rows, prompts = [], []
+    for row in rows:
+        h = row.get("image_hash")
+        if h is None:
+            errors.append({"stage": stage, "key": row["key"], "field": "image_hash", "reason": "missing_image", "detail": "judge request without an image"})
+        elif h in failures:
+            errors.append({"stage": stage, "key": row["key"], "source": row.get("image_uri"), "field": "image_uri", "reason": "unreadable_image", "detail": failures[h]})
+        else:
+            try:
+                user = fill(templates[IMAGE_GENERATION_TEMPLATES[row["kind"]]], caption=row["caption"])
+            except (KeyError, TypeError) as exc:
+                errors.append({"stage": stage, "key": row["key"], "field": "kind", "reason": "bad_request", "detail": str(exc)})
+                continue
+            prompts.append(Prompt(user=user, image=images[h], image_id=h, system=system))
+            todo_rows.append(row)
+    out = []
+    if prompts:
+        results, ok = _call_isolated(lambda ps: engine.generate(ps, max_new_tokens), prompts, todo_rows, errors, stage, rows[0]["backbone"])
+        for row, text, good in zip(todo_rows, results, ok):
+            if good:
+                out.append({"key": row["key"], "backbone": row["backbone"], "kind": row["kind"], "text": text})
+    generations = pa.Table.from_pylist(out, schema=schema.GENERATIONS) if out else schema.GENERATIONS.empty_table()
+    return generations, _error_rows(errors, stage)

@@ -17,6 +17,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from operators.engines.spec import BackboneSpec
+from operators.judge import JUDGE_KINDS
+from operators.views import FILLS
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
@@ -48,6 +50,11 @@ DECOMPOSED_METRICS = {
 }
 HOLISTIC_METRICS = ("vqascore", "vqascore_raw")
 OTHER_METRICS = ("depict",)
+# Evidence and judge metrics come from their own stages (detector boxes, judge generations),
+# not from yes/no answers. grounding_only reads typed claims and may be merged with vqascore.
+GROUNDING_METRICS = {"grounding_only": "claims"}
+JUDGE_METRICS = {"judge_holistic": "holistic", "judge_decomposed": "decomposed"}
+SELECT_MODES = ("all", "sample", "below")
 
 
 def metric_question_set(metric: str) -> str | None:
@@ -55,11 +62,13 @@ def metric_question_set(metric: str) -> str | None:
     if metric == "depict":
         return "depict"
     base = metric.split("+", 1)[0]
-    return DECOMPOSED_METRICS.get(base)
+    return DECOMPOSED_METRICS.get(base) or GROUNDING_METRICS.get(base)
 
 
 def is_known_metric(metric: str) -> bool:
     if metric in DECOMPOSED_METRICS or metric in HOLISTIC_METRICS or metric in OTHER_METRICS:
+        return True
+    if metric in GROUNDING_METRICS or metric in JUDGE_METRICS or metric == "grounding_only+vqascore":
         return True
     base, plus, holistic = metric.partition("+")
     return bool(plus) and holistic == "vqascore" and base in DECOMPOSED_METRICS
@@ -137,6 +146,73 @@ class ComputeSpec:
 
 
 @dataclass
+class DetectorSpec:
+    """The open-vocabulary detector that proposes evidence boxes (GroundingDINO)."""
+
+    name: str = "grounding-dino-base"  # store folder: <store>/grounding/<name>/
+    # Hugging Face id or local folder of an AutoModelForZeroShotObjectDetection checkpoint;
+    # `builtin:tiny-grounding-dino` is a random-weight model built locally (tests, smoke runs).
+    model_id: str = "IDEA-Research/grounding-dino-base"
+    revision: str | None = None
+    dtype: str = "float32"  # on GPU; always float32 on CPU
+    # Processor resize override, e.g. {shortest_edge: 800, longest_edge: 1333}; null: the checkpoint's.
+    image_size: dict | None = None
+    batch_size: int = 16  # (image, phrase) queries per forward pass
+    box_threshold: float = 0.30
+    text_threshold: float = 0.25
+    nms_iou: float = 0.5
+    max_boxes: int = 32  # per query
+    # GPUs per detector replica; null: one if the Ray cluster has GPUs, else run on CPU.
+    gpus: float | None = None
+    replicas: int = 1  # actor-pool size
+
+
+@dataclass
+class SelectSpec:
+    """Which items get masked views (views multiply model work by up to five)."""
+
+    mode: str = "all"  # all | sample (seeded fraction or count) | below (target score under a threshold)
+    fraction: float | None = None  # sample: each item kept with this probability (stable per item)
+    count: int | None = None  # sample: exactly this many items (or all, if fewer)
+    metric: str | None = None  # below: the metric to read; null: the sweep's target
+    threshold: float = 0.5  # below: items scoring strictly below it
+
+
+@dataclass
+class EvidenceSpec:
+    """Grounding, matched control boxes, masked views and their answer deltas (SPEC section 3).
+
+    Grounding also runs when the grounding_only metric is requested; views and deltas only
+    when enabled.
+    """
+
+    enabled: bool = False
+    question_set: str = "claims"  # whose questions/claims are grounded and viewed
+    detector: DetectorSpec = field(default_factory=DetectorSpec)
+    fill: str = "blur"  # blur | mean: how masked pixels are filled
+    blur_sigma: float = 0.1  # blur: sigma as a fraction of the image's shorter side
+    area_tolerance: float = 0.15  # control box area within +-15% of the evidence box's
+    aspect_tolerance: float = 0.20  # control box aspect ratio within +-20%
+    max_control_iou: float = 0.10  # IoU of a control box with any evidence box of the image
+    max_attempts: int = 200
+    select: SelectSpec = field(default_factory=SelectSpec)
+    seed: int = 0  # control boxes and sampling
+    view_workers: int = 1  # actor-pool size of the view renderer
+
+
+@dataclass
+class JudgeSpec:
+    """VLM-as-judge: each backbone grades each (image, caption) by generation.
+
+    Requesting a judge_* metric runs its kind even when enabled is false.
+    """
+
+    enabled: bool = False
+    kinds: list[str] = field(default_factory=lambda: ["holistic", "decomposed"])
+    max_new_tokens: int | None = None  # null: the backbone's max_new_tokens
+
+
+@dataclass
 class SweepConfig:
     name: str = "???"
     backbones: list[str] = field(default_factory=list)
@@ -173,6 +249,8 @@ class SweepConfig:
     # Per-name partial overrides, e.g. backbone_overrides.qwen3_5-27b.tensor_parallel_size=4
     backbone_overrides: dict = field(default_factory=dict)
     benchmark_overrides: dict = field(default_factory=dict)
+    evidence: EvidenceSpec = field(default_factory=EvidenceSpec)
+    judge: JudgeSpec = field(default_factory=JudgeSpec)
 
 
 @dataclass
@@ -396,8 +474,76 @@ def validate(cfg: ResolvedConfig, require_benchmarks: bool = True) -> None:
     needed_templates = ["answer_image", "answer_caption", "holistic"]
     if q.source == "model":
         needed_templates += [f"generate_{'questions' if s_ == 'depict' else s_}" for s_ in required_question_sets(s)]
+    validate_evidence(s)
+    validate_judge(s)
+    needed_templates += [f"judge_{kind}" for kind in judge_kinds(s)]
+    if "claims" in required_question_sets(s):
+        needed_templates.append("claim")
     for kind in needed_templates:
         cfg.prompts.template(kind)
+
+
+def validate_evidence(s: SweepConfig) -> None:
+    e, d = s.evidence, s.evidence.detector
+    if e.question_set not in QUESTION_SETS:
+        raise ConfigError("evidence.question_set", f"unknown question set {e.question_set!r}; valid: {QUESTION_SETS}")
+    if e.fill not in FILLS:
+        raise ConfigError("evidence.fill", f"must be one of {FILLS}, got {e.fill!r}")
+    for key, value in [("detector.box_threshold", d.box_threshold), ("detector.text_threshold", d.text_threshold), ("detector.nms_iou", d.nms_iou), ("max_control_iou", e.max_control_iou)]:
+        if not 0.0 <= value <= 1.0:
+            raise ConfigError(f"evidence.{key}", f"must be in [0, 1], got {value}")
+    for key, value in [("area_tolerance", e.area_tolerance), ("aspect_tolerance", e.aspect_tolerance)]:
+        if not 0.0 <= value < 1.0:
+            raise ConfigError(f"evidence.{key}", f"must be in [0, 1), got {value}")
+    if e.blur_sigma <= 0:
+        raise ConfigError("evidence.blur_sigma", f"must be positive, got {e.blur_sigma}")
+    for key, value in [("detector.max_boxes", d.max_boxes), ("detector.batch_size", d.batch_size), ("detector.replicas", d.replicas), ("max_attempts", e.max_attempts), ("view_workers", e.view_workers)]:
+        if value < 1:
+            raise ConfigError(f"evidence.{key}", f"must be at least 1, got {value}")
+    if d.gpus is not None and d.gpus < 0:
+        raise ConfigError("evidence.detector.gpus", f"must be >= 0, got {d.gpus}")
+    sel = e.select
+    if sel.mode not in SELECT_MODES:
+        raise ConfigError("evidence.select.mode", f"must be one of {SELECT_MODES}, got {sel.mode!r}")
+    if sel.mode == "sample":
+        if (sel.fraction is None) == (sel.count is None):
+            raise ConfigError("evidence.select", "mode 'sample' needs exactly one of fraction or count")
+        if sel.fraction is not None and not 0.0 < sel.fraction <= 1.0:
+            raise ConfigError("evidence.select.fraction", f"must be in (0, 1], got {sel.fraction}")
+        if sel.count is not None and sel.count < 1:
+            raise ConfigError("evidence.select.count", f"must be at least 1, got {sel.count}")
+    if sel.mode == "below":
+        metric = sel.metric or s.target
+        if metric not in s.metrics or not is_answer_metric(metric):
+            raise ConfigError("evidence.select.metric", f"{metric!r} must be one of the computed answer-based metrics (not grounding or judge metrics)")
+
+
+def validate_judge(s: SweepConfig) -> None:
+    for i, kind in enumerate(s.judge.kinds):
+        if kind not in JUDGE_KINDS:
+            raise ConfigError(f"judge.kinds[{i}]", f"unknown judge kind {kind!r}; valid: {JUDGE_KINDS}")
+    if s.judge.max_new_tokens is not None and s.judge.max_new_tokens < 1:
+        raise ConfigError("judge.max_new_tokens", "must be at least 1")
+
+
+def is_answer_metric(metric: str) -> bool:
+    """Computed from yes/no answers by the scores stage (not by the grounding or judge stages)."""
+    base = metric.split("+", 1)[0]
+    return base not in GROUNDING_METRICS and base not in JUDGE_METRICS
+
+
+def judge_kinds(sweep: SweepConfig) -> list[str]:
+    """Judge kinds the run generates: the configured ones when enabled, plus those its metrics need."""
+    kinds = list(sweep.judge.kinds) if sweep.judge.enabled else []
+    for metric in sweep.metrics:
+        kind = JUDGE_METRICS.get(metric)
+        if kind and kind not in kinds:
+            kinds.append(kind)
+    return kinds
+
+
+def needs_grounding(sweep: SweepConfig) -> bool:
+    return sweep.evidence.enabled or any(m.split("+", 1)[0] in GROUNDING_METRICS for m in sweep.metrics)
 
 
 def required_question_sets(sweep: SweepConfig) -> list[str]:
@@ -407,6 +553,8 @@ def required_question_sets(sweep: SweepConfig) -> list[str]:
         qs = metric_question_set(metric)
         if qs and qs not in sets:
             sets.append(qs)
+    if sweep.evidence.enabled and sweep.evidence.question_set not in sets:
+        sets.append(sweep.evidence.question_set)
     return sets
 
 

@@ -51,7 +51,7 @@ def test_cli_overrides_reach_nested_keys(tmp_path):
         ("lam=abc", "sweep.lam"),
         ("probability=log", "probability"),
         ("metrics=[depict,bogus]", "metrics[1]"),
-        ("target=dsg_nodep", "target"),
+        ("target=claim_mean_am", "target"),
         ("nonsense_key=1", "sweep.nonsense_key"),
         ("questions.sets=[depict,foo]", "questions.sets[1]"),
         ("backbone_overrides.smoke.engine=tpu", "backbone smoke.engine"),
