@@ -180,7 +180,7 @@ def zero_cost_throughput(root: str, n_requests: int) -> None:
     from operators import schema
     from pipeline.config import load_config
     from pipeline.stages.answers import answer_store
-    from pipeline.stages.engine_stage import AnswerWorker, run_engine_stage
+    from pipeline.stages.engine_stage import AnswerWorker, engine_pool, run_engine_stage
 
     cfg = load_config([f"root={root}/zc", "backbones=[zero-cost]", "compute.progress_bars=false", "compute.rows_per_part=1024"])
     backbone = cfg.backbones["zero-cost"]
@@ -202,14 +202,14 @@ def zero_cost_throughput(root: str, n_requests: int) -> None:
     report = run_engine_stage(
         stage="answers", unit="zero-cost", requests=requests, store=store, worker_cls=AnswerWorker,
         worker_kwargs={"backbone": backbone, "templates": cfg.prompts.templates, "store_url": store.url},
-        backbone=backbone, compute=cfg.sweep.compute,
+        pool=engine_pool(backbone, cfg.sweep.compute),
     )
     wall = time.perf_counter() - t0
     t0 = time.perf_counter()
     again = run_engine_stage(
         stage="answers", unit="zero-cost", requests=requests, store=store, worker_cls=AnswerWorker,
         worker_kwargs={"backbone": backbone, "templates": cfg.prompts.templates, "store_url": store.url},
-        backbone=backbone, compute=cfg.sweep.compute,
+        pool=engine_pool(backbone, cfg.sweep.compute),
     )
     cached_wall = time.perf_counter() - t0
     ray.shutdown()

@@ -2,7 +2,7 @@
 
 Every manifest is parsed, and the fields people get wrong are cross-checked against the
 Dockerfile (image tag, Ray version), the repository (entry scripts, sweep presets), the
-backbone configs (GPUs per engine) and the code that requests GPUs (`actor_resources`).
+backbone configs (GPUs per engine) and the code that requests GPUs (`engine_pool`).
 Each check is a function returning a list of problems, so the tests below also run it on
 broken copies and make sure it complains.
 """
@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from packaging.requirements import Requirement
 
 from pipeline.config import ComputeSpec, load_config
-from pipeline.stages.engine_stage import actor_resources
+from pipeline.stages.engine_stage import engine_pool
 
 ROOT = Path(__file__).resolve().parent.parent
 INFRA = ROOT / "infra"
@@ -217,7 +217,7 @@ def fit_problems(groups: list[tuple[str, int, int]], backbones: dict, compute: C
     """Backbones whose engine pool (GPUs each, `engines` of them) no GPU group can ever host."""
     problems = []
     for name, backbone in backbones.items():
-        gpus = actor_resources(backbone, compute)["num_gpus"]
+        gpus = engine_pool(backbone, compute).num_gpus
         if gpus and engine_slots(groups, gpus) < engines:
             problems.append(f"{name}: {engines} engine(s) of {gpus} GPU(s) on one node do not fit {groups}")
     return problems

@@ -44,9 +44,14 @@ class BackboneSpec:
 
     def fingerprint(self) -> str:
         """Hash of every field that can change an answer (part of each request key)."""
+        revision = self.revision
+        if self.model_id.startswith("builtin:"):  # built locally: its recipe version is its revision
+            from operators.tiny_models import RECIPE_VERSION
+
+            revision = f"recipe-{RECIPE_VERSION}"
         return content_key(
             self.model_id,
-            self.revision,
+            revision,
             self.dtype,
             self.max_image_pixels,
             self.min_image_pixels,
@@ -55,4 +60,7 @@ class BackboneSpec:
             self.system_prompt,
             repr(sorted(self.chat_template_kwargs.items())),
             self.assistant_prefix,
+            # A scripted engine's options ARE its answers; a real engine's options (batching,
+            # memory) do not change what it answers, so they stay out of the key.
+            repr(sorted(self.engine_options.items())) if self.engine == "scripted" else None,
         )

@@ -11,7 +11,7 @@ from operators.answering import ANSWER_TEMPLATES
 from operators.engines.spec import BackboneSpec
 from operators.requests import KeySpec, plan_holistic, plan_questions, unique_requests
 from pipeline.config import ComputeSpec, PromptSet
-from pipeline.stages.engine_stage import AnswerWorker, StageReport, run_engine_stage
+from pipeline.stages.engine_stage import AnswerWorker, StageReport, engine_pool, run_engine_stage
 from pipeline.store import PartStore
 
 
@@ -53,8 +53,7 @@ def run_answers(plan: AnswerPlan, backbone: BackboneSpec, prompts: PromptSet, st
         store=store,
         worker_cls=AnswerWorker,
         worker_kwargs={"backbone": backbone, "templates": prompts.templates, "store_url": store.url},
-        backbone=backbone,
-        compute=compute,
+        pool=engine_pool(backbone, compute),
     )
     needed = pl.from_arrow(plan.requests.select(["key"]))
     answers = pl.from_arrow(store.read(["key", "logp_yes", "logp_no"])).join(needed, on="key", how="semi")

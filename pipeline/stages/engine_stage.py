@@ -64,15 +64,26 @@ def status_table(keys: list[str], errors: pa.Table) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=STATUS)
 
 
-def actor_resources(backbone: BackboneSpec, compute: ComputeSpec) -> dict:
-    """Ray resources of one engine replica: a GPU group for vLLM, CPU for hf/scripted here."""
+@dataclass(frozen=True)
+class ActorPool:
+    """What a stage's workers need from Ray: how many, and each one's GPUs and CPUs
+    (NeMo-Curator-style: a stage declares its resources, Ray places it)."""
+
+    size: int = 1
+    num_gpus: float = 0.0
+    num_cpus: float = 1.0
+    rows_per_batch: int = 256  # rows per worker call and per stored part (resume granularity)
+
+
+def engine_pool(backbone: BackboneSpec, compute: ComputeSpec) -> ActorPool:
+    """A backbone's engine replicas: a GPU group per vLLM engine (tensor parallel), CPU for hf/scripted."""
     if compute.gpus_per_engine is not None:
         gpus = compute.gpus_per_engine
     elif backbone.engine == "vllm":
         gpus = backbone.tensor_parallel_size
     else:
         gpus = 0
-    return {"num_gpus": gpus, "num_cpus": compute.cpus_per_engine}
+    return ActorPool(size=compute.engines_per_backbone, num_gpus=gpus, num_cpus=compute.cpus_per_engine, rows_per_batch=compute.rows_per_part)
 
 
 def run_engine_stage(
@@ -83,8 +94,7 @@ def run_engine_stage(
     store: PartStore,
     worker_cls,
     worker_kwargs: dict,
-    backbone: BackboneSpec,
-    compute: ComputeSpec,
+    pool: ActorPool,
 ) -> StageReport:
     """Compute every key of `requests` that `store` lacks; returns counts and error rows."""
     import ray
@@ -96,7 +106,7 @@ def run_engine_stage(
     # Batches are cut from the FULL request list, then filtered to the missing keys: a resumed
     # run sends exactly the batches the interrupted run had not finished, with the same
     # composition (so even batch-dependent numerics are identical) and the same part names.
-    rows = compute.rows_per_part
+    rows = pool.rows_per_batch
     missing = store.missing(requests.column("key"))
     blocks = []
     for start_row in range(0, requests.num_rows, rows):
@@ -116,8 +126,9 @@ def run_engine_stage(
         fn_constructor_kwargs=worker_kwargs,
         batch_size=None,  # one block = one engine call = one stored part
         batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=compute.engines_per_backbone),
-        **actor_resources(backbone, compute),
+        compute=ray.data.ActorPoolStrategy(size=pool.size),
+        num_gpus=pool.num_gpus,
+        num_cpus=pool.num_cpus,
     )
     # Streaming: parts are written by the actors as batches finish, statuses come back here.
     statuses = list(dataset.iter_batches(batch_size=None, batch_format="pyarrow"))

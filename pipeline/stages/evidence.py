@@ -20,7 +20,6 @@ claims get a null s (the metric reports invalid_grounding, never a 0) and no vie
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass, field
 
@@ -38,7 +37,7 @@ from operators.views import MASKED_VIEWS, VIEW_IMAGES, VIEWS, ControlRules, cont
 from pipeline import store as st
 from pipeline.config import GROUNDING_METRICS, DetectorSpec, EvidenceSpec, ResolvedConfig, SelectSpec, needs_grounding
 from pipeline.stages.answers import AnswerPlan, key_spec, run_answers
-from pipeline.stages.engine_stage import StageReport, run_engine_stage, status_table
+from pipeline.stages.engine_stage import ActorPool, StageReport, run_engine_stage, status_table
 from pipeline.stages.scores import metric_inputs
 from pipeline.store import PartStore
 
@@ -202,8 +201,7 @@ def run_grounding(requests: pa.Table, detector: DetectorSpec, store_url: str, co
         store=store,
         worker_cls=GroundingWorker,
         worker_kwargs={"detector": detector, "store_url": store.url},
-        backbone=None,  # resources come from the compute spec below, set explicitly
-        compute=dataclasses.replace(compute, gpus_per_engine=gpus, engines_per_backbone=detector.replicas),
+        pool=ActorPool(size=detector.replicas, num_gpus=gpus, num_cpus=compute.cpus_per_engine, rows_per_batch=compute.rows_per_part),
     )
     needed = pl.from_arrow(requests.select(["key"]))
     stored = pl.from_arrow(store.read()).join(needed, on="key", how="semi")
@@ -413,8 +411,7 @@ def run_views(requests: pa.Table, store_url: str, compute, workers: int, unit: s
         store=store,
         worker_cls=ViewWorker,
         worker_kwargs={"store_url": store_url, "views_url": store.url},
-        backbone=None,  # CPU work: resources come from the compute spec below
-        compute=dataclasses.replace(compute, gpus_per_engine=0.0, engines_per_backbone=workers),
+        pool=ActorPool(size=workers, num_gpus=0.0, num_cpus=1.0, rows_per_batch=compute.rows_per_part),
     )
     needed = pl.from_arrow(requests.select(["key"]))
     rendered = pl.from_arrow(store.read(["key", "image_hash", "image_uri"])).join(needed, on="key", how="semi")

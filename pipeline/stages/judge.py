@@ -20,7 +20,7 @@ from operators.hashing import content_key
 from operators.judge import JudgeError, parse_judgement
 from pipeline import store as st
 from pipeline.config import JUDGE_METRICS, ComputeSpec, PromptSet
-from pipeline.stages.engine_stage import StageReport, run_engine_stage, status_table
+from pipeline.stages.engine_stage import StageReport, engine_pool, run_engine_stage, status_table
 from pipeline.store import PartStore
 
 log = logging.getLogger(__name__)
@@ -158,8 +158,7 @@ def run_judge(
         store=store,
         worker_cls=JudgeWorker,
         worker_kwargs={"backbone": backbone, "templates": prompts.templates, "store_url": store.url, "max_new_tokens": budget},
-        backbone=backbone,
-        compute=compute,
+        pool=engine_pool(backbone, compute),
     )
     failed = {r["key"]: f"{r['reason']}: {r['detail']}" for r in report.errors.to_pylist()}
     needed = pl.from_arrow(requests.select(["key"]))

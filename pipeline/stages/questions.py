@@ -18,7 +18,7 @@ from operators.engines.spec import BackboneSpec
 from operators.hashing import content_key
 from operators.parsing import ParseError, parse_claims, parse_dsg, parse_questions, questions_rows
 from pipeline.config import ComputeSpec, PromptSet
-from pipeline.stages.engine_stage import GenerationWorker, StageReport, run_engine_stage
+from pipeline.stages.engine_stage import GenerationWorker, StageReport, engine_pool, run_engine_stage
 from pipeline.store import PartStore
 
 log = logging.getLogger(__name__)
@@ -88,8 +88,7 @@ def generated_questions(
         store=store,
         worker_cls=GenerationWorker,
         worker_kwargs={"backbone": generator, "templates": prompts.templates, "store_url": store.url},
-        backbone=generator,
-        compute=compute,
+        pool=engine_pool(generator, compute),
     )
     stored = pl.from_arrow(store.read()).select("key", "text")
     joined = pl.from_arrow(requests).join(stored, on="key", how="inner")

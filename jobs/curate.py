@@ -1,0 +1,40 @@
+"""Nightly curation: `python jobs/curate.py [curation=default] [key=value ...]`.
+
+Scores the input shards that are new or changed since the last run, keeps the pairs that
+pass the rule and publishes filtered shards with their scores and per-question evidence.
+Rerunning the same night does nothing. Change the rule without any model work:
+`python jobs/curate.py curation=default decide_only=true min_score=0.7`.
+On a cluster: `ray job submit --working-dir . -- python jobs/curate.py root=s3://bucket/depict inputs=[s3://bucket/incoming/]`.
+See docs/curation.md.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runnable from a fresh clone
+
+from pipeline.config import ConfigError  # noqa: E402
+from pipeline.curation import load_curation_config, run_curation, summary_text  # noqa: E402
+from pipeline.shards import ShardError  # noqa: E402
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        cfg = load_curation_config(argv)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    try:
+        result = run_curation(cfg)
+    except ShardError as exc:  # e.g. an input file named in the config does not exist
+        print(exc, file=sys.stderr)
+        return 2
+    print(summary_text(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,408 @@
+"""Input shards of image-caption pairs: finding them, telling versions apart, reading them.
+
+A shard is one file, local or on any fsspec store (s3://...):
+- Parquet: a caption column plus an image column that holds the image bytes (binary), a
+  path or URI (string; a relative path is relative to the shard's folder), or a Hugging
+  Face `Image` struct {bytes, path};
+- WebDataset tar (`.tar`, `.tar.gz`, `.tgz`): members `<key>.<ext>` grouped by key; the
+  image is the first of `.jpg .jpeg .png .webp`, the caption is `.txt` (stripped) or the
+  caption field of `.json`. Read with the standard library's tarfile, streaming.
+
+`read_shard` returns the shard's ORIGINAL rows as an Arrow table (what filtered outputs
+copy), and `shard_pairs` turns them into one (image_uri, caption) row per input row, with
+embedded images written content-addressed so that every pair points at a file. A row that
+cannot be used keeps its place with an error (field, reason, detail); a shard that cannot
+be read at all raises `ShardError` naming the file.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import tarfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import fsspec
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from fsspec.core import url_to_fs
+
+from operators.hashing import digest
+from pipeline.benchmarks.io import BadRecord, Folder, extract_image
+
+FORMATS = {".parquet": "parquet", ".tar": "webdataset", ".tar.gz": "webdataset", ".tgz": "webdataset"}
+IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
+CHANGE_DETECTION = ("stat", "content")
+_GLOB_CHARS = "*?["
+
+# One row per input row: where its image is, its caption, or why it cannot be scored.
+PAIRS = pa.schema(
+    [
+        ("shard_id", pa.string()),
+        ("row", pa.int64()),  # null for a shard-level error
+        ("image_uri", pa.string()),
+        ("caption", pa.string()),
+        ("field", pa.string()),
+        ("reason", pa.string()),
+        ("detail", pa.string()),
+    ]
+)
+
+
+class ShardError(RuntimeError):
+    """A whole shard is missing, unreadable or lacks a required column; the message names it."""
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One input file as found tonight: (uri, size, version) identify what was scored."""
+
+    uri: str
+    size: int
+    version: str  # "etag:<ETag>", "mtime:<seconds>" or "blake2b:<hex of the bytes>"
+    format: str  # parquet | webdataset
+
+    @property
+    def shard_id(self) -> str:
+        """Stable name of the shard's outputs: the file stem plus a hash of the full URI, since
+        daily folders often reuse file names (incoming/<day>/part-0000.parquet)."""
+        return f"{shard_stem(self.uri)}-{digest(self.uri.encode())[:8]}"
+
+
+def shard_stem(uri: str) -> str:
+    name = posixpath.basename(uri.rstrip("/"))
+    for ext in sorted(FORMATS, key=len, reverse=True):
+        if name.lower().endswith(ext):
+            return name[: -len(ext)]
+    return name
+
+
+def shard_format(uri: str) -> str | None:
+    name = uri.lower()
+    for ext in sorted(FORMATS, key=len, reverse=True):
+        if name.endswith(ext):
+            return FORMATS[ext]
+    return None
+
+
+# -- discovery --------------------------------------------------------------------------------
+
+
+def discover(patterns: Iterable[str], detect_changes: str = "stat") -> list[Shard]:
+    """Every shard the patterns name, sorted by URI.
+
+    A pattern is a glob (`s3://bucket/incoming/*.parquet`), a folder (searched recursively
+    for .parquet and .tar files) or one file. An empty folder or a glob matching nothing is a
+    quiet night, not an error; a named file that does not exist is a mistake and raises.
+    """
+    if detect_changes not in CHANGE_DETECTION:
+        raise ValueError(f"detect_changes must be one of {CHANGE_DETECTION}, got {detect_changes!r}")
+    found: dict[str, Shard] = {}
+    for pattern in patterns:
+        fs, path = url_to_fs(pattern)
+        for file_path, info in _expand(fs, path, pattern).items():
+            uri = file_path if _is_local(fs) else fs.unstrip_protocol(file_path)
+            fmt = shard_format(uri)
+            if fmt is None:
+                raise ShardError(f"{uri}: not a shard (expected one of {', '.join(FORMATS)}); matched by {pattern!r}")
+            found[uri] = Shard(uri=uri, size=int(info["size"]), version=_version(fs, file_path, info, detect_changes), format=fmt)
+    return [found[u] for u in sorted(found)]
+
+
+def _expand(fs, path: str, pattern: str) -> dict[str, dict]:
+    fs.invalidate_cache()  # a long-lived process must see tonight's uploads, not a cached listing
+    if any(c in path for c in _GLOB_CHARS):
+        matches = fs.glob(path, detail=True)
+        fixed = posixpath.dirname(path[: min(path.index(c) for c in _GLOB_CHARS if c in path)])
+        return {p: i for p, i in sorted(matches.items()) if i.get("type") == "file" and not _hidden(p, fixed)}
+    if pattern.endswith("/") or fs.isdir(path):
+        if not fs.exists(path):
+            return {}
+        listing = fs.find(path, detail=True)
+        return {p: i for p, i in sorted(listing.items()) if i.get("type") == "file" and shard_format(p) and not _hidden(p, path)}
+    try:
+        return {path: fs.info(path)}
+    except FileNotFoundError:
+        raise ShardError(f"{pattern}: input shard not found") from None
+
+
+def _hidden(file_path: str, root: str) -> bool:
+    """Files a folder scan or glob skips: names starting with "." or "_" below `root`, and
+    anything under such a folder (partial uploads, `_temporary/`, `_SUCCESS`)."""
+    relative = posixpath.relpath(file_path, root)
+    return any(part.startswith((".", "_")) for part in relative.split("/"))
+
+
+def _version(fs, path: str, info: dict, detect_changes: str) -> str:
+    """What tells two versions of one file apart: the object store's ETag, else the
+    modification time; or, with detect_changes=content, a hash of the bytes (one full read)."""
+    if detect_changes == "content":
+        h = hashlib.blake2b(digest_size=16)
+        with fs.open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
+        return f"blake2b:{h.hexdigest()}"
+    etag = info.get("ETag") or info.get("etag")
+    if etag:
+        return f"etag:{str(etag).strip(chr(34))}"
+    for key in ("mtime", "LastModified", "updated", "last_modified"):
+        if info.get(key) is not None:
+            value = info[key]
+            return f"mtime:{value.isoformat() if hasattr(value, 'isoformat') else repr(value)}"
+    raise ShardError(f"{path}: the file system reports neither an ETag nor a modification time; use detect_changes=content")
+
+
+def current_version(shard: Shard, detect_changes: str = "stat") -> tuple[int, str]:
+    """(size, version) of the shard's file now; raises ShardError if it is gone."""
+    fs, path = url_to_fs(shard.uri)
+    try:
+        info = fs.info(path)
+    except FileNotFoundError:
+        raise ShardError(f"{shard.uri}: input shard not found") from None
+    return int(info["size"]), _version(fs, path, info, detect_changes)
+
+
+def _is_local(fs) -> bool:
+    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+    return "file" in protocols or "local" in protocols
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+
+def read_shard(uri: str, fmt: str) -> pa.Table:
+    """The shard's original rows: the Parquet table, or for a tar one row per sample with
+    `__key__` and one column per member extension (images as binary, the rest as text)."""
+    if fmt == "parquet":
+        try:
+            with fsspec.open(uri, "rb") as f:
+                return pq.read_table(f)
+        except FileNotFoundError:
+            raise ShardError(f"{uri}: input shard not found") from None
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise ShardError(f"{uri}: not a readable Parquet file ({exc})") from exc
+    if fmt == "webdataset":
+        return read_webdataset(uri)
+    raise ShardError(f"{uri}: unknown shard format {fmt!r}")
+
+
+def read_webdataset(uri: str) -> pa.Table:
+    """A WebDataset tar as a table. Members are grouped by key (path up to the first dot of
+    the file name); a repeated member or non-UTF-8 text is recorded in `__error__`."""
+    samples: dict[str, dict[str, bytes]] = {}
+    problems: dict[str, str] = {}
+    try:
+        with fsspec.open(uri, "rb") as f, tarfile.open(fileobj=f, mode="r|*") as tar:
+            for member in tar:
+                if not member.isfile():
+                    continue
+                folder, name = posixpath.split(member.name)
+                stem, dot, ext = name.partition(".")
+                if not dot or not stem or name.startswith("."):
+                    continue  # not part of a sample (e.g. a README or a ._ resource file)
+                key = posixpath.join(folder, stem)
+                sample = samples.setdefault(key, {})
+                ext = ext.lower()
+                data = tar.extractfile(member).read()
+                if ext in sample:
+                    problems.setdefault(key, f"member {ext!r} appears twice; the first is used")
+                    continue
+                sample[ext] = data
+    except FileNotFoundError:
+        raise ShardError(f"{uri}: input shard not found") from None
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise ShardError(f"{uri}: not a readable tar file ({exc})") from exc
+    extensions = list(dict.fromkeys(ext for sample in samples.values() for ext in sample))
+    columns: dict[str, list] = {"__key__": list(samples)}
+    for ext in extensions:
+        values = []
+        for key, sample in samples.items():
+            data = sample.get(ext)
+            if data is None or ext in IMAGE_EXTENSIONS:
+                values.append(data)
+                continue
+            try:
+                values.append(data.decode("utf-8"))
+            except UnicodeDecodeError:
+                problems.setdefault(key, f"member {ext!r} is not UTF-8 text")
+                values.append(None)
+        columns[ext] = values
+    fields = [pa.field("__key__", pa.string())] + [
+        pa.field(ext, pa.binary() if ext in IMAGE_EXTENSIONS else pa.string()) for ext in extensions
+    ]
+    table = pa.table(columns, schema=pa.schema(fields))
+    if problems:
+        table = table.append_column("__error__", pa.array([problems.get(k) for k in samples], type=pa.string()))
+    return table
+
+
+def shard_pairs(
+    shard_id: str,
+    uri: str,
+    fmt: str,
+    *,
+    image_column: str,
+    caption_column: str,
+    images: Folder,
+    reserved: Iterable[str] = (),
+) -> pa.Table:
+    """One PAIRS row per input row; embedded image bytes are written under `images`.
+
+    `reserved` names output columns the shard must not already have (score columns), so
+    the filtered output can keep every original column unchanged.
+    """
+    table = read_shard(uri, fmt)
+    clash = sorted(set(reserved) & set(table.column_names))
+    if clash:
+        raise ShardError(f"{uri}: has column(s) {clash}, which the curation output adds; rename them")
+    if fmt == "webdataset":
+        rows = _webdataset_pairs(table, caption_column)
+    else:
+        rows = _parquet_pairs(table, uri, image_column, caption_column)
+    out = []
+    for row, (image, caption, problem) in enumerate(rows):
+        record = {"shard_id": shard_id, "row": row, "caption": caption, "image_uri": None, "field": None, "reason": None, "detail": None}
+        if problem is None:
+            try:
+                record["image_uri"] = extract_image(images, image) if isinstance(image, bytes) else image
+            except BadRecord as exc:
+                problem = ("image", "missing_image", exc.message)
+        if problem is not None:
+            record["field"], record["reason"], record["detail"] = problem
+            record["detail"] = f"{uri} row {row}: {record['detail']}"
+        out.append(record)
+    return pa.Table.from_pylist(out, schema=PAIRS) if out else PAIRS.empty_table()
+
+
+Problem = tuple[str, str, str]  # (field, reason, detail)
+
+
+def _parquet_pairs(table: pa.Table, uri: str, image_column: str, caption_column: str) -> list[tuple[object, str | None, Problem | None]]:
+    for column in (image_column, caption_column):
+        if column not in table.column_names:
+            raise ShardError(f"{uri}: missing column {column!r}; found {table.column_names} (set columns.image / columns.caption)")
+    caption_type = table.schema.field(caption_column).type
+    if not (pa.types.is_string(caption_type) or pa.types.is_large_string(caption_type)):
+        raise ShardError(f"{uri}: caption column {caption_column!r} has type {caption_type}; expected text")
+    image_kind = _image_kind(table.schema.field(image_column).type, uri, image_column)
+    folder = posixpath.dirname(uri)
+    rows = []
+    for value, caption in zip(table.column(image_column).to_pylist(), table.column(caption_column).to_pylist(), strict=True):
+        if image_kind == "struct":  # Hugging Face datasets' Image feature
+            value = (value or {}).get("bytes") or (value or {}).get("path")
+        if isinstance(value, bytes) and value:
+            rows.append((value, caption, None))
+        elif isinstance(value, str) and value.strip():
+            rows.append((_resolve(folder, value), caption, None))
+        else:
+            rows.append((None, caption, (image_column, "missing_image", f"no image in column {image_column!r}")))
+    return rows
+
+
+def _image_kind(image_type: pa.DataType, uri: str, column: str) -> str:
+    if pa.types.is_binary(image_type) or pa.types.is_large_binary(image_type):
+        return "bytes"
+    if pa.types.is_string(image_type) or pa.types.is_large_string(image_type):
+        return "path"
+    if pa.types.is_struct(image_type) and {"bytes", "path"} & {image_type.field(i).name for i in range(image_type.num_fields)}:
+        return "struct"
+    raise ShardError(f"{uri}: image column {column!r} has type {image_type}; expected binary (image bytes), string (path or URI) or struct<bytes, path>")
+
+
+def _resolve(folder: str, path: str) -> str:
+    """An image path from the data: URLs and absolute paths as they are, relative paths
+    against the shard's folder (so a shard and its images can move together)."""
+    if "://" in path or path.startswith("/"):
+        return path
+    return posixpath.normpath(posixpath.join(folder, path)) if "://" not in folder else f"{folder}/{path}"
+
+
+def _webdataset_pairs(table: pa.Table, caption_field: str) -> list[tuple[object, str | None, Problem | None]]:
+    records = table.to_pylist()
+    rows = []
+    for record in records:
+        if record.get("__error__"):
+            rows.append((None, None, ("__key__", "bad_record", f"sample {record['__key__']!r}: {record['__error__']}")))
+            continue
+        image = next((record[ext] for ext in IMAGE_EXTENSIONS if record.get(ext)), None)
+        try:
+            caption = _webdataset_caption(record, caption_field)
+        except BadRecord as exc:
+            rows.append((None, None, (exc.field, "bad_record", f"sample {record['__key__']!r}: {exc.message}")))
+            continue
+        if image is None:
+            problem = ("image", "missing_image", f"sample {record['__key__']!r} has no {'/'.join(IMAGE_EXTENSIONS)} member")
+            rows.append((None, caption, problem))
+        else:
+            rows.append((image, caption, None))
+    return rows
+
+
+def _webdataset_caption(record: dict, caption_field: str) -> str | None:
+    if record.get("txt") is not None:
+        return record["txt"].strip()
+    if record.get("json") is None:
+        raise BadRecord("txt", "sample has neither a .txt nor a .json member")
+    try:
+        meta = json.loads(record["json"])
+    except json.JSONDecodeError as exc:
+        raise BadRecord("json", f"not valid JSON ({exc})") from None
+    caption = meta.get(caption_field) if isinstance(meta, dict) else None
+    if caption is not None and not isinstance(caption, str):
+        raise BadRecord(f"json.{caption_field}", f"caption is not text: {caption!r}")
+    if caption is None:
+        raise BadRecord(f"json.{caption_field}", f"the .json member has no {caption_field!r} field")
+    return caption
+
+
+# -- Ray Data tasks -------------------------------------------------------------------------------
+# They live here, not in pipeline.curation, so that a worker imports only what reading and
+# writing shards needs (worker start-up dominates small nights).
+
+
+def read_pairs_task(batch: pa.Table, image_column: str, caption_column: str, images_url: str, reserved: list[str]) -> pa.Table:
+    """PAIRS rows of the batch's shards (columns shard_id, uri, format). A shard that cannot
+    be read becomes one error row with a null row, so one bad upload never sinks the night."""
+    images = Folder(images_url)
+    out = []
+    for r in batch.to_pylist():
+        try:
+            out.append(shard_pairs(r["shard_id"], r["uri"], r["format"], image_column=image_column, caption_column=caption_column, images=images, reserved=reserved))
+        except Exception as exc:  # noqa: BLE001 - any failure to read a shard is reported, not fatal
+            detail = str(exc) if isinstance(exc, ShardError) else f"{r['uri']}: {type(exc).__name__}: {exc}"
+            out.append(pa.Table.from_pylist([{"shard_id": r["shard_id"], "reason": "unreadable_shard", "detail": detail}], schema=PAIRS))
+    return pa.concat_tables(out)
+
+
+def publish_task(batch: pa.Table) -> pa.Table:
+    """Write each shard's filtered copy, then its decisions (so a decisions file always
+    describes what was published). Batch columns: shard_id, uri, format, decisions (Parquet
+    bytes), filtered_url, decisions_url. Returns ERRORS rows for shards that failed."""
+    from operators.schema import ERRORS, conform
+    from pipeline.store import write_table
+
+    problems = []
+    for r in batch.to_pylist():
+        try:
+            decisions = pq.read_table(pa.BufferReader(r["decisions"]))
+            write_table(r["filtered_url"], filtered_rows(read_shard(r["uri"], r["format"]), decisions, r["uri"]))
+            write_table(r["decisions_url"], decisions)
+        except Exception as exc:  # noqa: BLE001 - reported per shard
+            problems.append({"stage": "curation", "benchmark": r["shard_id"], "source": r["uri"], "reason": "publish_failed", "detail": f"{r['uri']}: {type(exc).__name__}: {exc}"})
+    return conform(pa.Table.from_pylist(problems), ERRORS) if problems else ERRORS.empty_table()
+
+
+def filtered_rows(source: pa.Table, decisions: pa.Table, uri: str) -> pa.Table:
+    """The kept rows of `source` in their original order, every original column unchanged,
+    with the decisions' `score_<metric>` columns appended."""
+    if source.num_rows != decisions.num_rows:
+        raise ShardError(f"{uri}: has {source.num_rows} rows but {decisions.num_rows} were scored; the file changed")
+    kept = decisions.filter(pc.fill_null(decisions.column("keep"), False)).sort_by("row")
+    out = source.take(kept.column("row"))
+    if "__error__" in out.column_names:  # the WebDataset reader's own note, not an original column
+        out = out.drop_columns(["__error__"])
+    for column in (c for c in kept.column_names if c.startswith("score_")):
+        out = out.append_column(column, kept.column(column).cast(pa.float64()))
+    return out
