@@ -17,6 +17,9 @@ from pipeline.sweep import run_sweep, summary_text  # noqa: E402
 
 
 def main(argv: list[str]) -> int:
+    if {"-h", "--help"} & set(argv):
+        print(__doc__)
+        return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         cfg = load_config(argv)

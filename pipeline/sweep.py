@@ -163,7 +163,9 @@ def summary_text(cfg: ResolvedConfig, result: RunResult) -> str:
         lines.append("")
         lines.append(headline_table(result.statistics, cfg))
     lines.append("")
-    lines.append(f"outputs: {result.run_dir}/  (items, questions, scores/, records/, statistics, deltas, errors, manifest.json)")
+    extra = (", evidence/" if cfg.sweep.evidence.enabled else "") + (", judge/" if any(r.stage == "judge" for r in result.reports) else "")
+    lines.append(f"outputs: {result.run_dir}/  (items, questions, scores/, records/{extra}, statistics, deltas, errors, manifest.json)")
+    lines.append(f"tables and figures: python jobs/tables.py run={result.run_dir}")
     lines.append(f"answer cache: {cfg.sweep.store}/")
     return "\n".join(lines)
 
