@@ -34,13 +34,10 @@ _SNIPPET = 160
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*\n(?P<body>.*)\n\s*```$", re.DOTALL)
 
 
-class JudgeError(ValueError):
+class JudgeError(ParseError):
     """A judge output that is not a valid judgement; `reason` is machine-readable."""
 
-    def __init__(self, reason: str, snippet: str = ""):
-        self.reason = reason
-        self.snippet = snippet[:_SNIPPET]
-        super().__init__(f"{reason}: {self.snippet}" if self.snippet else reason)
+    snippet_chars = _SNIPPET
 
 
 @dataclass(frozen=True)

@@ -52,9 +52,11 @@ _SNIPPET_CHARS = 120
 class ParseError(ValueError):
     """Generated text that cannot be used; `reason` is machine-readable, `snippet` shows why."""
 
+    snippet_chars = _SNIPPET_CHARS
+
     def __init__(self, reason: str, snippet: str = ""):
         self.reason = reason
-        self.snippet = snippet[:_SNIPPET_CHARS]
+        self.snippet = snippet[: self.snippet_chars]
         super().__init__(f"{reason}: {self.snippet}" if self.snippet else reason)
 
 

@@ -302,11 +302,9 @@ def run_curation(cfg: ResolvedConfig) -> CurationResult:
         pairs = read_pairs(todo, cfg)
         items, pair_errors = pairs_to_items(pairs, todo)
         error_tables.append(pair_errors)
-        items, bad_captions = ingest.drop_bad_captions(items)
-        error_tables.append(bad_captions)
-        items, report = ingest.hash_item_images(items)
+        items, report, errors = ingest.prepare_items(items)
         result.reports.append(report)
-        error_tables.append(report.errors)
+        error_tables += errors
 
     # questions -> requests -> answers -> scores: the sweep's own stages and answer cache
     if items.height:

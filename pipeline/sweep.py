@@ -53,11 +53,9 @@ def run_sweep(cfg: ResolvedConfig) -> RunResult:
     with clock("ingest"):
         items, shipped_questions, problems = ingest.load_items(cfg.benchmarks)
         error_tables.append(problems)
-        items, bad_captions = ingest.drop_bad_captions(items)
-        error_tables.append(bad_captions)
-        items, report = ingest.hash_item_images(items)
+        items, report, errors = ingest.prepare_items(items)
         result.reports.append(report)
-        error_tables.append(report.errors)
+        error_tables += errors
         st.write_table(f"{result.run_dir}/items.parquet", schema.conform(items.to_arrow(), schema.ITEMS))
     result.counts["items"] = items.height
     result.counts["unique_captions"] = items["caption"].n_unique()

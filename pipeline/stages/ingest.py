@@ -101,3 +101,13 @@ def hash_item_images(items: pl.DataFrame, rows_per_task: int = 64) -> tuple[pl.D
     good = items.filter(pl.col("error").is_null()).drop("error")
     report.seconds = time.perf_counter() - start
     return good.select(schema.ITEMS.names), report
+
+
+def prepare_items(items: pl.DataFrame) -> tuple[pl.DataFrame, StageReport, list[pa.Table]]:
+    """Drop empty captions, then hash every image (unreadable ones become errors).
+
+    The sweep and curation both start here once they have their items table.
+    """
+    items, bad_captions = drop_bad_captions(items)
+    items, report = hash_item_images(items)
+    return items, report, [bad_captions, report.errors]
