@@ -7,6 +7,11 @@ visible only when complete: locally it is written under a temporary name and ren
 object stores a single PUT (or a completed multipart upload) is atomic. A run that is
 killed therefore leaves only whole parts, and the next run computes just the keys that are
 missing (anti-join).
+
+Every read and write is retried on transient errors (`pipeline.storage.retrying`): writes
+can be repeated safely because a file's bytes are fixed by its name. Listings and existence
+checks drop fsspec's cached directory listings first, since other processes (answer
+actors, a concurrent run) add parts behind this process's back.
 """
 from __future__ import annotations
 
@@ -14,15 +19,17 @@ import json
 import posixpath
 import uuid
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 import fsspec
 import pyarrow as pa
-import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from operators.hashing import keys_digest
+from pipeline.storage import retrying
 
 PART_GLOB = "part-*.parquet"
+READ_THREADS = 16
 
 
 def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -38,16 +45,25 @@ def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
 def write_bytes_atomic(url: str, data: bytes) -> None:
     """Write a whole file so that readers never see it half-written."""
     fs, path = filesystem(url)
+    if _is_local(fs):
+        retrying(f"write {url}", lambda: _write_local(fs, path, data))
+    else:
+        # One PUT (a multipart upload above s3fs's threshold): the object appears only
+        # complete. No makedirs: s3fs would create a missing bucket instead of failing.
+        retrying(f"write {url}", lambda: fs.pipe_file(path, data))
+
+
+def _write_local(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
     parent = posixpath.dirname(path)
     fs.makedirs(parent, exist_ok=True)
-    if _is_local(fs):
-        tmp = posixpath.join(parent, f".tmp-{uuid.uuid4().hex}-{posixpath.basename(path)}")
+    tmp = posixpath.join(parent, f".tmp-{uuid.uuid4().hex}-{posixpath.basename(path)}")
+    try:
         with fs.open(tmp, "wb") as f:
             f.write(data)
         fs.mv(tmp, path)
-    else:
-        with fs.open(path, "wb") as f:  # object stores publish the object on close
-            f.write(data)
+    finally:
+        if fs.exists(tmp):
+            fs.rm(tmp)
 
 
 def table_to_parquet_bytes(table: pa.Table) -> bytes:
@@ -60,9 +76,19 @@ def write_table(url: str, table: pa.Table) -> None:
     write_bytes_atomic(url, table_to_parquet_bytes(table))
 
 
-def read_table(url: str, columns: list[str] | None = None) -> pa.Table:
+def read_bytes(url: str) -> bytes:
+    """The whole file, fetched again on transient errors.
+
+    Files are read whole and parsed from memory rather than opened through pyarrow's
+    fsspec bridge, which turns any error of its existence check into FileNotFoundError.
+    """
     fs, path = filesystem(url)
-    return pq.read_table(path, filesystem=fs, columns=columns)
+    fs.invalidate_cache(path)
+    return retrying(f"read {url}", lambda: fs.cat_file(path))
+
+
+def read_table(url: str, columns: list[str] | None = None) -> pa.Table:
+    return pq.read_table(pa.BufferReader(read_bytes(url)), columns=columns)
 
 
 def write_json(url: str, obj) -> None:
@@ -70,14 +96,14 @@ def write_json(url: str, obj) -> None:
 
 
 def read_json(url: str):
-    fs, path = filesystem(url)
-    with fs.open(path, "rb") as f:
-        return json.loads(f.read())
+    return json.loads(read_bytes(url))
 
 
 def exists(url: str) -> bool:
+    """Whether the file exists now (not as of a listing cached earlier)."""
     fs, path = filesystem(url)
-    return fs.exists(path)
+    fs.invalidate_cache(path)
+    return retrying(f"check {url}", lambda: fs.exists(path))
 
 
 class PartStore:
@@ -95,10 +121,10 @@ class PartStore:
 
     # -- reading ---------------------------------------------------------------------------
     def part_paths(self) -> list[str]:
-        if not self.fs.exists(self.path):
-            return []
+        """The complete parts stored now (temporary files of local writers never match)."""
         self.fs.invalidate_cache(self.path)
-        return sorted(self.fs.glob(posixpath.join(self.path, PART_GLOB)))
+        pattern = posixpath.join(self.path, PART_GLOB)
+        return sorted(retrying(f"list {self.url}", lambda: self.fs.glob(pattern)))
 
     def read(self, columns: list[str] | None = None) -> pa.Table:
         """All stored rows (one per key: a key written twice by racing runs is kept once)."""
@@ -108,9 +134,13 @@ class PartStore:
             wanted = ["key", *wanted]
         if not paths:
             return self.schema.empty_table().select(wanted)
-        dataset = pads.dataset(paths, filesystem=self.fs, format="parquet", schema=self.schema)
-        table = dataset.to_table(columns=wanted)
-        return _first_per_key(table)
+        with ThreadPoolExecutor(READ_THREADS) as pool:  # object stores: many GETs in flight
+            tables = list(pool.map(lambda path: self._read_part(path, wanted), paths))
+        return _first_per_key(pa.concat_tables(tables))
+
+    def _read_part(self, path: str, columns: list[str]) -> pa.Table:
+        data = retrying(f"read {path}", lambda: self.fs.cat_file(path))
+        return pq.read_table(pa.BufferReader(data), columns=columns).cast(pa.schema([self.schema.field(c) for c in columns]))
 
     def keys(self) -> pa.Array:
         return self.read(["key"]).column("key").combine_chunks()
