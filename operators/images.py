@@ -11,6 +11,8 @@ import math
 import fsspec
 from PIL import Image, ImageOps
 
+from operators.retry import retrying
+
 
 class ImageError(Exception):
     """An image could not be read or decoded; the message names the URI and the cause."""
@@ -21,11 +23,19 @@ class ImageError(Exception):
         self.cause = cause
 
 
+def _read(uri: str) -> bytes:
+    with fsspec.open(uri, "rb") as f:
+        return f.read()
+
+
 def read_image_bytes(uri: str) -> bytes:
-    """The file's bytes, from a local path or any fsspec URL (s3://, gs://, file://, ...)."""
+    """The file's bytes, from a local path or any fsspec URL (s3://, gs://, file://, ...).
+
+    Transient storage errors (throttling, 5xx, dropped connections) are retried with backoff;
+    a missing or unreadable file is not.
+    """
     try:
-        with fsspec.open(uri, "rb") as f:
-            return f.read()
+        return retrying(f"read image {uri}", lambda: _read(uri))
     except FileNotFoundError as e:
         raise ImageError(uri, "file not found") from e
     except (OSError, ValueError) as e:

@@ -34,6 +34,7 @@ from s3_server import Faults, S3Server, kill_session, running_s3_server
 from s3fs.errors import translate_boto_error
 
 from operators import schema
+from operators import retry
 from pipeline import storage
 from pipeline.config import load_config
 from pipeline.store import (
@@ -128,21 +129,21 @@ def s3_error(code: str, status: int) -> OSError:
     ],
 )
 def test_transient_errors_are_told_from_permanent_ones(exc, transient):
-    assert storage.is_transient(exc) is transient
+    assert retry.is_transient(exc) is transient
 
 
 def test_retry_backs_off_exponentially_and_gives_up_saying_so(monkeypatch):
     waits: list[float] = []
-    monkeypatch.setattr(storage.time, "sleep", waits.append)
+    monkeypatch.setattr(retry.time, "sleep", waits.append)
     calls = []
 
     def flaky():
         calls.append(1)
         raise OSError(errno.EBUSY, "SlowDown")
 
-    policy = storage.RetryPolicy(attempts=6, first_delay_s=0.1, max_delay_s=0.5)
+    policy = retry.RetryPolicy(attempts=6, first_delay_s=0.1, max_delay_s=0.5)
     with pytest.raises(OSError) as info:
-        storage.retrying("write s3://b/x", flaky, policy)
+        retry.retrying("write s3://b/x", flaky, policy)
     assert len(calls) == 6 and len(waits) == 5
     assert "write s3://b/x: gave up after 6 attempts" in info.value.__notes__
     # 0.1, 0.2, 0.4, then capped at 0.5; each scaled by a jitter in [0.5, 1]
@@ -158,7 +159,7 @@ def test_a_permanent_error_is_raised_at_once():
         raise FileNotFoundError("s3://b/nothing")
 
     with pytest.raises(FileNotFoundError):
-        storage.retrying("read s3://b/nothing", missing, storage.RetryPolicy(attempts=5, first_delay_s=0.01))
+        retry.retrying("read s3://b/nothing", missing, retry.RetryPolicy(attempts=5, first_delay_s=0.01))
     assert calls == [1]
 
 
@@ -232,7 +233,7 @@ def test_run_outputs_and_markers_on_s3(s3_env):
 
 
 def test_errors_that_escape_botocore_and_s3fs_are_retried(s3_env, monkeypatch):
-    monkeypatch.setattr(storage, "DEFAULT_RETRY", storage.RetryPolicy(first_delay_s=0.01))
+    monkeypatch.setattr(retry, "DEFAULT_RETRY", retry.RetryPolicy(first_delay_s=0.01))
     prefix = f"{BUCKET}/unit/flaky/"
     s3_env.faults = Faults(rate=1.0, prefixes=(prefix,), limit=5, seed=3)
     store = PartStore(f"s3://{prefix}answers", schema.ANSWERS)
@@ -244,7 +245,7 @@ def test_errors_that_escape_botocore_and_s3fs_are_retried(s3_env, monkeypatch):
 
 
 def test_retries_are_bounded(s3_env, monkeypatch):
-    monkeypatch.setattr(storage, "DEFAULT_RETRY", storage.RetryPolicy(attempts=3, first_delay_s=0.01))
+    monkeypatch.setattr(retry, "DEFAULT_RETRY", retry.RetryPolicy(attempts=3, first_delay_s=0.01))
     prefix = f"{BUCKET}/unit/down/"
     s3_env.faults = Faults(rate=1.0, prefixes=(prefix,), after=0.0, statuses=(500,))
     with pytest.raises(OSError) as info:
