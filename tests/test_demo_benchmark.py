@@ -337,7 +337,7 @@ def test_unknown_part_is_refused(root):
 
 
 EXPECTED_PROTOCOLS = {
-    "demo": ("correlation", "correlation", ["srcc", "plcc", "pairwise_acc"], [], "srcc"),
+    "demo": ("correlation", "correlation", ["srcc", "plcc", "pairwise_acc"], ["tags"], "srcc"),
     "demo_winoground": ("winoground", "winoground", ["text_acc", "image_acc", "group_acc"], [], "group_acc"),
     "demo_mcq": ("mcq", "multiple_choice", ["accuracy"], ["template"], "accuracy"),
 }
