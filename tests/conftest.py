@@ -46,3 +46,28 @@ def tiny_gdino_dir(tmp_path_factory):
     from operators.tiny_models import build_tiny_grounding_dino
 
     return str(build_tiny_grounding_dino(tmp_path_factory.mktemp("tiny-gdino") / "model"))
+
+
+@pytest.fixture
+def moto_s3(monkeypatch):
+    """A local S3 (moto's server on 127.0.0.1, a free port) reached through the environment,
+    as users reach theirs; yields an s3fs filesystem on it. Stopped after the test."""
+    moto_server = pytest.importorskip("moto.server")
+    s3fs = pytest.importorskip("s3fs")
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    s3fs.S3FileSystem.clear_instance_cache()
+    try:
+        yield s3fs.S3FileSystem()
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+        server.stop()

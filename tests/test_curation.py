@@ -180,26 +180,9 @@ def test_manifest_knows_what_was_processed(tmp_path):
 
 
 @pytest.fixture
-def s3_bucket(monkeypatch):
-    """A local moto S3 server with an empty bucket; s3:// URLs reach it through the env."""
-    moto_server = pytest.importorskip("moto.server")
-    s3fs = pytest.importorskip("s3fs")
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}",
-    }.items():
-        monkeypatch.setenv(key, value)
-    s3fs.S3FileSystem.clear_instance_cache()
-    fs = s3fs.S3FileSystem()
-    fs.mkdir("incoming")
-    try:
-        yield fs
-    finally:
-        s3fs.S3FileSystem.clear_instance_cache()
-        server.stop()
+def s3_bucket(moto_s3):
+    moto_s3.mkdir("incoming")
+    return moto_s3
 
 
 def test_shards_on_s3_are_found_by_glob_versioned_by_etag_and_read(tmp_path, s3_bucket):

@@ -99,24 +99,9 @@ def test_cli_rejects_bad_arguments(tmp_path, capsys):
 
 
 @pytest.fixture
-def s3_bucket(monkeypatch):
-    """A local moto S3 server with an empty bucket; s3:// URLs reach it through the env."""
-    moto_server = pytest.importorskip("moto.server")
-    s3fs = pytest.importorskip("s3fs")
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}"}
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    s3fs.S3FileSystem.clear_instance_cache()
-    fs = s3fs.S3FileSystem()
-    fs.mkdir("reports")
-    try:
-        yield fs
-    finally:
-        s3fs.S3FileSystem.clear_instance_cache()
-        server.stop()
+def s3_bucket(moto_s3):
+    moto_s3.mkdir("reports")
+    return moto_s3
 
 
 def test_reads_and_writes_a_run_on_s3(run_dir, cli, s3_bucket):
