@@ -6,16 +6,22 @@ import hashlib
 import json
 import math
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
-from curation_shards import CORRUPT_PNG, caption, pair_rows, tar_samples, write_parquet, write_tar
+from curation_shards import (
+    CORRUPT_PNG,
+    caption,
+    pair_rows,
+    tar_samples,
+    write_parquet,
+    write_tar,
+)
+from killing import kill_when, settled
 from scipy.special import expit
 
 from operators import schema
@@ -241,28 +247,9 @@ def test_killed_curation_resumes_to_the_same_outputs(ray_session, tmp_path):
             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         answers_dir = root / "store" / "answers" / "zero-cost"
-        deadline = time.time() + 120
-        try:
-            while time.time() < deadline:
-                if len(list(answers_dir.glob("part-*.parquet"))) >= 6:
-                    break
-                if proc.poll() is not None:
-                    pytest.fail(f"curation ended before it could be killed:\n{log_path.read_text()[-3000:]}")
-                time.sleep(0.02)
-            else:
-                pytest.fail("no answer parts appeared in time")
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    # a worker may finish the part in its hands after the kill: wait until the store is still
+        kill_when(proc, lambda: len(list(answers_dir.glob("part-*.parquet"))) >= 6, log_path, timeout=120)
     store = PartStore(str(answers_dir), schema.ANSWERS)
-    seen, stable_since = -1, time.time()
-    while time.time() - stable_since < 1:
-        now = len(store.part_paths())
-        if now != seen:
-            seen, stable_since = now, time.time()
-        time.sleep(0.1)
+    settled(lambda: len(store.part_paths()), quiet_s=1)
     written = len(store.keys())
     needed = 32 * REQUESTS_PER_PAIR
     assert 0 < written < needed, "the kill must land in the middle of the answers stage"

@@ -2,19 +2,18 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import polars as pl
 import pytest
+from killing import kill_when, settled
 
+from operators import schema
 from pipeline.config import load_config
 from pipeline.store import PartStore
 from pipeline.sweep import run_sweep
-from operators import schema
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = ["compute.rows_per_part=16", "compute.progress_bars=false", "bootstrap.n_resamples=50"]
@@ -87,35 +86,16 @@ def test_killed_sweep_resumes_without_resending_written_answers(first_run, tmp_p
     cfg, reference = first_run
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("RAY_ADDRESS", None)
-    log = open(tmp_path / "killed.log", "w")
-    proc = subprocess.Popen(
-        [sys.executable, "jobs/sweep.py", f"root={tmp_path}", *SMOKE, "compute.num_cpus=2"],
-        cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
+    log_path = tmp_path / "killed.log"
     answers_dir = tmp_path / "store" / "answers" / "smoke"
-    deadline = time.time() + 240
-    try:
-        while time.time() < deadline:
-            if len(list(answers_dir.glob("part-*.parquet"))) >= 3:
-                break
-            if proc.poll() is not None:
-                pytest.fail(f"sweep ended before it could be killed:\n{(tmp_path / 'killed.log').read_text()[-3000:]}")
-            time.sleep(0.05)
-        else:
-            pytest.fail("no answer parts appeared in time")
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        log.close()
-    # A Ray worker may finish the batch in its hands before it notices its driver is gone;
-    # that part is complete (parts are atomic), so wait until the store stops changing.
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "jobs/sweep.py", f"root={tmp_path}", *SMOKE, "compute.num_cpus=2"],
+            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        kill_when(proc, lambda: len(list(answers_dir.glob("part-*.parquet"))) >= 3, log_path)
     store = PartStore(str(answers_dir), schema.ANSWERS)
-    seen, stable_since = -1, time.time()
-    while time.time() - stable_since < 3:
-        now = len(store.part_paths())
-        if now != seen:
-            seen, stable_since = now, time.time()
-        time.sleep(0.2)
+    settled(lambda: len(store.part_paths()), quiet_s=3)
     written = set(store.keys().to_pylist())
     (ref_answers,) = [r for r in reference.reports if r.stage == "answers"]
     assert 0 < len(written) < ref_answers.needed, "the kill must land in the middle of the answers stage"
