@@ -148,9 +148,9 @@ def tiny_dag_vs_naive(root: str) -> None:
 
     requests = PartStore(f"{cfg.sweep.store}/answers/smoke", schema.ANSWERS).read(["key"])
     needed = pl.from_arrow(requests)
+    from pipeline.stages import ingest
     from pipeline.stages.answers import plan_answers
     from pipeline.stages.questions import provided_questions
-    from pipeline.stages import ingest
 
     _, shipped, _ = ingest.load_items(cfg.benchmarks)
     questions, _ = provided_questions(items, shipped, ["depict", "dsg"])

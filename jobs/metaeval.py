@@ -34,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or OmegaConf.is_missing(args, "scores") or OmegaConf.is_missing(args, "human"):
         print(__doc__ + (f"\nunknown option(s): {unknown}" if unknown else ""), file=sys.stderr)
         return 2
-    as_list = lambda value: None if value is None else [str(v) for v in value]
+    def as_list(value):
+        return None if value is None else [str(v) for v in value]
     result = evaluate_files(
         args.scores, args.human, args.kind,
         metrics=as_list(args.metrics), target=args.target, baselines=as_list(args.baselines),

@@ -14,7 +14,16 @@ from operators.grounding import DETECTIONS, Detections
 from operators.grounding_rules import plan_claim
 from operators.metrics import grounding_only
 from operators.views import area, aspect, box_mask, iou
-from pipeline.config import ConfigError, DetectorSpec, EvidenceSpec, SelectSpec, SweepConfig, is_known_metric, load_config, required_question_sets
+from pipeline.config import (
+    ConfigError,
+    DetectorSpec,
+    EvidenceSpec,
+    SelectSpec,
+    SweepConfig,
+    is_known_metric,
+    load_config,
+    required_question_sets,
+)
 from pipeline.stages.evidence import (
     DELTAS,
     GroundingWorker,

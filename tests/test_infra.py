@@ -14,12 +14,12 @@ import json
 import math
 import re
 import shlex
-import tomllib
 from importlib.resources import files
 from pathlib import Path
 
 import jsonschema
 import pytest
+import tomllib
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
@@ -239,7 +239,7 @@ def cron_problems(expr: str) -> list[str]:
     for i, (field, (low, high)) in enumerate(zip(fields, CRON_RANGES)):
         names = CRON_NAMES.get(i, {})
 
-        def value(token: str) -> int | None:
+        def value(token: str, names: dict = names) -> int | None:
             if token.upper() in names:
                 return names[token.upper()]
             return int(token) if token.isdigit() else None

@@ -33,8 +33,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from s3_server import Faults, S3Server, kill_session, running_s3_server
 from s3fs.errors import translate_boto_error
 
-from operators import schema
-from operators import retry
+from operators import retry, schema
 from pipeline import storage
 from pipeline.config import load_config
 from pipeline.store import (
@@ -312,7 +311,8 @@ def test_a_writer_killed_mid_multipart_upload_leaves_no_object(s3_env, tmp_path)
         "    for _ in range(3):\n"
         "        f.write(b'y' * (5 << 20))  # each full block goes up as one part\n"
     )
-    completes = lambda method, k, query: method == "POST" and k == f"{BUCKET}/{key}" and "uploadId=" in query
+    def completes(method, k, query):
+        return method == "POST" and k == f"{BUCKET}/{key}" and "uploadId=" in query
     with s3_env.hold(completes, forward=False) as arrived:
         writer = start_python(code, f"s3://{BUCKET}/{key}", env=subprocess_env(s3_env), log=tmp_path / "writer.log")
         try:

@@ -16,7 +16,7 @@ class Prompt:
     """One request to a VLM: optional image first, then the user text."""
 
     user: str
-    image: "Image.Image | None" = None
+    image: Image.Image | None = None
     image_id: str | None = None  # stable content hash: prefix-cache key / multimodal uuid
     system: str | None = None
 
