@@ -76,6 +76,8 @@ def test_second_run_is_identical_and_a_rerun_sends_nothing(first_run, tmp_path):
     cfg, result = first_run
     other = run_sweep(smoke(tmp_path))
     assert sorted_scores(other.run_dir).equals(sorted_scores(result.run_dir))
+    # the finished unit left a success marker, so the rerun skips it without listing the store
+    assert len(list((Path(cfg.sweep.store) / "answers" / "smoke" / "_markers").glob("answers-*.json"))) == 1
     again = run_sweep(cfg)
     (answers,) = [r for r in again.reports if r.stage == "answers"]
     assert answers.sent == 0 and answers.cached == answers.needed

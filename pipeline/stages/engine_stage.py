@@ -16,8 +16,9 @@ import pyarrow.compute as pc
 
 from operators import schema
 from operators.engines.spec import BackboneSpec
+from operators.hashing import keys_digest
 from pipeline.config import ComputeSpec
-from pipeline.store import PartStore
+from pipeline.store import Markers, PartStore
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +97,23 @@ def run_engine_stage(
     worker_kwargs: dict,
     pool: ActorPool,
 ) -> StageReport:
-    """Compute every key of `requests` that `store` lacks; returns counts and error rows."""
+    """Compute every key of `requests` that `store` lacks; returns counts and error rows.
+
+    A unit that finished without failures leaves a success marker named by the digest of its
+    keys; asking for exactly that unit again skips it without listing the store.
+    """
     import ray
 
     start = time.perf_counter()
     report = StageReport(stage=stage, unit=unit, needed=requests.num_rows)
     if requests.num_rows == 0:
+        return report
+    markers = Markers(f"{store.url}/_markers")
+    unit_marker = f"{stage}-{keys_digest(requests.column('key').to_pylist())}"
+    if markers.done(unit_marker):
+        report.cached = report.needed
+        report.seconds = time.perf_counter() - start
+        log.info("%s/%s: finished before (marker %s)", stage, unit, unit_marker)
         return report
     # Batches are cut from the FULL request list, then filtered to the missing keys: a resumed
     # run sends exactly the batches the interrupted run had not finished, with the same
@@ -118,6 +130,7 @@ def run_engine_stage(
     if n_todo == 0:
         report.seconds = time.perf_counter() - start
         log.info("%s/%s: all %d keys cached", stage, unit, report.needed)
+        markers.mark(unit_marker, report.as_row() | {"finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         return report
 
     log.info("%s/%s: %d needed, %d cached, %d to compute", stage, unit, report.needed, report.cached, n_todo)
@@ -138,6 +151,8 @@ def run_engine_stage(
     report.failed = bad.num_rows
     report.errors = schema.conform(bad, schema.ERRORS, what="errors")
     report.seconds = time.perf_counter() - start
+    if report.failed == 0:
+        markers.mark(unit_marker, report.as_row() | {"finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     return report
 
 
