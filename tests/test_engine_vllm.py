@@ -147,8 +147,16 @@ def test_llm_is_built_with_the_backbone_settings(engine, fake_vllm, backbone, ti
         "revision": "abc123", "dtype": "bfloat16", "tensor_parallel_size": 2, "max_model_len": 4096,
         "gpu_memory_utilization": 0.7, "enable_prefix_caching": True, "limit_mm_per_prompt": {"image": 1},
         "trust_remote_code": False, "enforce_eager": True,
+        # tensor parallel inside a Ray actor that already holds the GPUs: multiprocessing workers
+        "distributed_executor_backend": "mp",
     }
     assert type(engine).__name__ == "VLLMEngine"
+
+
+def test_an_explicit_executor_backend_is_kept(fake_vllm, backbone):
+    backbone.engine_options = {"distributed_executor_backend": "ray"}
+    load_engine(backbone).close()
+    assert fake_vllm.LLM_INSTANCES[-1].kwargs["distributed_executor_backend"] == "ray"
 
 
 def test_score_sends_one_grouped_call_and_parses_answers(engine, fake_vllm, backbone):

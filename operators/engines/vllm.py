@@ -41,6 +41,11 @@ class VLLMEngine:
         tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.tokenizer = tokenizer
         self.yes_ids, self.no_ids = yes_no_token_ids(tokenizer, spec.yes_spellings, spec.no_spellings)
+        options = dict(spec.engine_options)
+        if spec.tensor_parallel_size > 1:
+            # The Ray actor holding this engine already reserved tensor_parallel_size GPUs on one
+            # node; vLLM's own Ray executor would ask the cluster for them a second time and wait.
+            options.setdefault("distributed_executor_backend", "mp")
         self.llm = vllm.LLM(
             model=path,
             revision=spec.revision,
@@ -51,7 +56,7 @@ class VLLMEngine:
             enable_prefix_caching=True,
             limit_mm_per_prompt={"image": 1},
             trust_remote_code=spec.trust_remote_code,
-            **dict(spec.engine_options),
+            **options,
         )
 
     def score_yes_no(self, prompts: Sequence[Prompt]) -> np.ndarray:
