@@ -58,6 +58,16 @@ def _load_images(rows: list[dict], load_image: ImageLoader) -> tuple[dict, dict]
     return images, failures
 
 
+def _image_problem(row: Mapping, failures: Mapping[str, str], stage: str) -> dict | None:
+    """The error row of a request whose image is missing or unreadable (None when it is fine)."""
+    h = row.get("image_hash")
+    if h is None:
+        return {"stage": stage, "key": row["key"], "field": "image_hash", "reason": "missing_image", "detail": f"{row['kind']} request without an image"}
+    if h in failures:
+        return {"stage": stage, "key": row["key"], "source": row.get("image_uri"), "field": "image_uri", "reason": "unreadable_image", "detail": failures[h]}
+    return None
+
+
 def _call_isolated(call: Callable[[list], list], prompts: list, rows: list[dict], errors: list[dict], stage: str, backbone: str):
     """Call the engine on the whole batch; if that fails, retry one by one so that only the
     prompts that really fail become error rows. Returns (results, ok flags)."""
@@ -97,15 +107,13 @@ def answer_batch(
     errors: list[dict] = []
     todo_rows, prompts = [], []
     for row in rows:
-        h = row.get("image_hash")
-        if row["kind"] != "caption" and h in failures:
-            errors.append({"stage": "answers", "key": row["key"], "source": row.get("image_uri"), "field": "image_uri", "reason": "unreadable_image", "detail": failures[h]})
-            continue
-        if row["kind"] != "caption" and h is None:
-            errors.append({"stage": "answers", "key": row["key"], "field": "image_hash", "reason": "missing_image", "detail": "image request without an image"})
+        problem = None if row["kind"] == "caption" else _image_problem(row, failures, "answers")
+        if problem:
+            errors.append(problem)
             continue
         try:
-            prompts.append(_prompt(row["kind"], row, templates, images.get(h) if row["kind"] != "caption" else None, system))
+            image = None if row["kind"] == "caption" else images[row["image_hash"]]
+            prompts.append(_prompt(row["kind"], row, templates, image, system))
         except (KeyError, TypeError) as exc:
             errors.append({"stage": "answers", "key": row["key"], "field": "text", "reason": "bad_request", "detail": str(exc)})
             continue
@@ -138,14 +146,19 @@ def generate_batch(
     rows = batch.to_pylist()
     prompts = [Prompt(user=fill(templates[GENERATION_TEMPLATES[r["kind"]]], caption=r["caption"]), system=system) for r in rows]
     errors: list[dict] = []
+    generations = _generate(engine, prompts, rows, errors, "questions", max_new_tokens)
+    return generations, _error_rows(errors, "questions")
+
+
+def _generate(engine: Engine, prompts: list[Prompt], rows: list[dict], errors: list[dict], stage: str, max_new_tokens: int) -> pa.Table:
+    """Greedy generations for `prompts` (one per row) as GENERATIONS rows; failures go to `errors`."""
     out = []
     if prompts:
-        results, ok = _call_isolated(lambda ps: engine.generate(ps, max_new_tokens), prompts, rows, errors, "questions", rows[0]["backbone"])
+        results, ok = _call_isolated(lambda ps: engine.generate(ps, max_new_tokens), prompts, rows, errors, stage, rows[0]["backbone"])
         for row, text, good in zip(rows, results, ok):
             if good:
                 out.append({"key": row["key"], "backbone": row["backbone"], "kind": row["kind"], "text": text})
-    generations = pa.Table.from_pylist(out, schema=schema.GENERATIONS) if out else schema.GENERATIONS.empty_table()
-    return generations, _error_rows(errors, "questions")
+    return pa.Table.from_pylist(out, schema=schema.GENERATIONS) if out else schema.GENERATIONS.empty_table()
 
 
 # image generation kind -> template name (the caption fills {caption}; the image is shown first)
@@ -176,24 +189,16 @@ def generate_image_batch(
     errors: list[dict] = []
     todo_rows, prompts = [], []
     for row in rows:
-        h = row.get("image_hash")
-        if h is None:
-            errors.append({"stage": stage, "key": row["key"], "field": "image_hash", "reason": "missing_image", "detail": "judge request without an image"})
-        elif h in failures:
-            errors.append({"stage": stage, "key": row["key"], "source": row.get("image_uri"), "field": "image_uri", "reason": "unreadable_image", "detail": failures[h]})
-        else:
-            try:
-                user = fill(templates[IMAGE_GENERATION_TEMPLATES[row["kind"]]], caption=row["caption"])
-            except (KeyError, TypeError) as exc:
-                errors.append({"stage": stage, "key": row["key"], "field": "kind", "reason": "bad_request", "detail": str(exc)})
-                continue
-            prompts.append(Prompt(user=user, image=images[h], image_id=h, system=system))
-            todo_rows.append(row)
-    out = []
-    if prompts:
-        results, ok = _call_isolated(lambda ps: engine.generate(ps, max_new_tokens), prompts, todo_rows, errors, stage, rows[0]["backbone"])
-        for row, text, good in zip(todo_rows, results, ok):
-            if good:
-                out.append({"key": row["key"], "backbone": row["backbone"], "kind": row["kind"], "text": text})
-    generations = pa.Table.from_pylist(out, schema=schema.GENERATIONS) if out else schema.GENERATIONS.empty_table()
+        problem = _image_problem(row, failures, stage)
+        if problem:
+            errors.append(problem)
+            continue
+        try:
+            user = fill(templates[IMAGE_GENERATION_TEMPLATES[row["kind"]]], caption=row["caption"])
+        except (KeyError, TypeError) as exc:
+            errors.append({"stage": stage, "key": row["key"], "field": "kind", "reason": "bad_request", "detail": str(exc)})
+            continue
+        prompts.append(Prompt(user=user, image=images[row["image_hash"]], image_id=row["image_hash"], system=system))
+        todo_rows.append(row)
+    generations = _generate(engine, prompts, todo_rows, errors, stage, max_new_tokens)
     return generations, _error_rows(errors, stage)
