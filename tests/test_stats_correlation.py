@@ -154,3 +154,24 @@ def test_fit_that_raises_is_reported(monkeypatch):
 def test_unrelated_metric_gets_a_small_value_not_a_crash():
     result = plcc(rng.normal(size=2000), rng.normal(size=2000))
     assert result.fit_ok and abs(result.value) < 0.2
+
+
+def test_bound_binding_4pl_fit_is_noted():
+    # A straight relation with noise: the fit runs to a plateau bound, which must be said.
+    r = np.random.default_rng(10)
+    x = r.normal(size=200)
+    result = plcc(x, x + r.normal(0, 1.0, 200))
+    assert result.fit_ok
+    assert "4PL bound binds: upper plateau b1 at upper bound 50" in result.note
+
+
+def test_plcc_never_below_plain_pearson():
+    # Nearly exactly linear: the bounded width cannot reach the line, so the 4PL correlation
+    # falls below Pearson; the linear fit is reported instead, and the note says so.
+    r = np.random.default_rng(18)
+    x = r.uniform(-1, 1, 300)
+    y = x + r.normal(0, 0.05, 300)
+    result = plcc(x, y)
+    assert result.value == result.linear_pearson == pytest.approx(stats.pearsonr(x, y).statistic)
+    assert not result.fit_ok and result.params is None
+    assert "width b4 at upper bound 20" in result.note and "linear fit used" in result.note

@@ -1,10 +1,13 @@
 """Statistics for meta-evaluating alignment metrics against human judgments.
 
 One idea per module:
-- `correlation`: SRCC, PLCC after a 4-parameter logistic fit (signed; failed fits reported);
+- `correlation`: SRCC, Kendall tau-b, plain Pearson, PLCC after a 4-parameter logistic fit
+  (signed; failed fits and binding bounds reported, never below plain Pearson);
 - `pairwise`: exact tie-calibrated pairwise accuracy (acc23);
 - `choice`: Winoground text/image/group accuracy and multiple-choice accuracy with tie policies;
-- `bootstrap`: group-resampling BCa intervals, single and paired (scipy.stats.bootstrap);
+- `bootstrap`: group-resampling BCa intervals, single and paired (equal to scipy.stats.bootstrap);
+- `group_statistics`: SRCC / Kendall / Pearson of group multiplicities, with exact fast
+  leave-one-group-out jackknives (`dominance`: the quadrant counts they need);
 - `diagnostics`: answer distribution and the commitment-weighting gain.
 `pipeline.metaeval` combines them into the statistics / deltas tables.
 """
@@ -19,6 +22,8 @@ from pipeline.stats.correlation import (
     Correlation,
     DegenerateInputWarning,
     LogisticCorrelation,
+    kendall,
+    pearson,
     plcc,
     srcc,
 )
@@ -27,5 +32,5 @@ from pipeline.stats.pairwise import PairwiseAccuracy, pairwise_accuracy
 __all__ = [
     "ChoiceResult", "Correlation", "DegenerateInputWarning", "Interval", "LogisticCorrelation",
     "PairwiseAccuracy", "WinogroundResult", "group_interval", "multiple_choice", "paired_group_interval",
-    "pairwise_accuracy", "plcc", "srcc", "winoground",
+    "kendall", "pairwise_accuracy", "pearson", "plcc", "srcc", "winoground",
 ]  # fmt: skip

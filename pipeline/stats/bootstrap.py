@@ -1,29 +1,38 @@
-"""Group bootstrap intervals, single-metric and paired, via scipy.stats.bootstrap (BCa).
+"""Group bootstrap intervals, single-metric and paired, BCa as in scipy.stats.bootstrap.
 
 Items of one group (a prompt's six images, a Winoground example, a NegBench image row) are
-not independent, so we resample whole groups. scipy resamples the group *indices*; both
-metrics of a paired comparison see the same resampled groups, which is what makes the
-difference's interval paired.
+not independent, so we resample whole groups. Both metrics of a paired comparison see the
+same resampled groups, which is what makes the difference's interval paired.
 
 Statistics here are functions of group multiplicities: `counts` has shape (batch, n_groups)
-and says how often each group occurs in a resample (a jackknife sample has one 0). That
-turns a resample into weights, so SRCC of 2,000 resamples plus 1,600 jackknife samples
-needs no sort per resample: items are sorted once and each resample's average ranks come
-from a cumulative sum of weights in that fixed order.
+and says how often each group occurs in a resample. That turns a resample into weights, so
+SRCC of 2,000 resamples needs no sort per resample.
+
+The resampling loop is scipy's (same generator calls, same batches of `_BATCH`), and the BCa
+interval follows scipy's `_bca_interval` step for step, so an interval equals
+`scipy.stats.bootstrap(..., method="BCa")` on the same resamples. What differs is BCa's
+jackknife: scipy recomputes the statistic once per left-out group (quadratic in items for a
+rank statistic); a `Statistic` may instead carry an exact leave-one-group-out shortcut
+(`pipeline.stats.group_statistics`), which makes an interval linear (up to logs) in items.
 """
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+from scipy.special import ndtr, ndtri
 
 from pipeline.stats.correlation import check_pair
+from pipeline.stats.group_statistics import kendall_statistic, pearson_statistic, srcc_statistic
+from pipeline.stats.statistic import _BATCH, Statistic, as_statistic, naive_jackknife
 
-GroupStatistic = Callable[[np.ndarray], np.ndarray]  # counts (batch, n_groups) -> values (batch,)
-_BATCH = 100  # resamples per call: (100 x 9,600) float arrays stay small
+GroupStatistic = Statistic
+__all__ = [
+    "Interval", "Statistic", "as_statistic", "bca_levels", "bootstrap_distribution", "difference", "group_codes",
+    "group_interval", "item_statistic", "kendall_statistic", "mean_difference_statistic", "naive_jackknife",
+    "paired_group_interval", "pearson_statistic", "ratio_statistic", "srcc_statistic",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -49,46 +58,6 @@ def group_codes(group_ids) -> tuple[np.ndarray, int]:
     return codes.astype(np.int64), int(uniques.size)
 
 
-class _AverageRanks:
-    """Average ranks (ties share the mean rank) of one variable under any item weights."""
-
-    def __init__(self, values: np.ndarray):
-        self.order = np.argsort(values, kind="stable")
-        ordered = values[self.order]
-        is_last = np.append(ordered[1:] != ordered[:-1], True)
-        self.last = np.flatnonzero(is_last)  # sorted position of the last item of each distinct value
-        tie_group = np.concatenate([[0], np.cumsum(is_last)[:-1]])
-        self.item_group = np.empty(values.size, dtype=np.int64)
-        self.item_group[self.order] = tie_group
-
-    def __call__(self, weights: np.ndarray) -> np.ndarray:
-        ends = np.cumsum(weights[:, self.order], axis=1)[:, self.last]
-        starts = np.concatenate([np.zeros((weights.shape[0], 1)), ends[:, :-1]], axis=1)
-        return ((starts + ends + 1.0) / 2.0)[:, self.item_group]
-
-
-def _weighted_rank_correlation(rank_x: np.ndarray, rank_y: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Pearson correlation of average ranks with item weights: Spearman on the expanded sample."""
-    total = weights.sum(axis=1, keepdims=True)
-    centre = (total + 1.0) / 2.0  # the mean of average ranks 1..N is always (N + 1) / 2
-    dx, dy = rank_x - centre, rank_y - centre
-    wdx = weights * dx
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (wdx * dy).sum(axis=1) / np.sqrt((wdx * dx).sum(axis=1) * (weights * dy * dy).sum(axis=1))
-
-
-def srcc_statistic(metric, human, groups: np.ndarray) -> GroupStatistic:
-    """SRCC of `metric` with `human` on the items of the resampled groups (`groups`: item -> code)."""
-    metric, human = check_pair(metric, human)
-    rank_metric, rank_human = _AverageRanks(metric), _AverageRanks(human)
-
-    def statistic(counts: np.ndarray) -> np.ndarray:
-        weights = counts[:, groups]
-        return _weighted_rank_correlation(rank_metric(weights), rank_human(weights), weights)
-
-    return statistic
-
-
 def ratio_statistic(numerator, denominator) -> GroupStatistic:
     """sum(numerator) / sum(denominator) over resampled groups: accuracy, a share, a mean.
 
@@ -104,7 +73,25 @@ def ratio_statistic(numerator, denominator) -> GroupStatistic:
         with np.errstate(invalid="ignore", divide="ignore"):
             return (counts @ numerator) / (counts @ denominator)
 
-    return statistic
+    def leave_one_out() -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (numerator.sum() - numerator) / (denominator.sum() - denominator)
+
+    return Statistic(statistic, leave_one_out)
+
+
+def mean_difference_statistic(values_a, values_b) -> Statistic:
+    """Mean of per-group differences a - b: a paired accuracy difference, computed directly.
+
+    Subtracting two ratios (mean(a) - mean(b)) leaves rounding error in the point estimate
+    (-0.02250000000000002 for -0.0225), so resamples equal to it are miscounted by BCa's
+    bias correction; the mean of the differences has no such error.
+    """
+    a = np.asarray(values_a, dtype=np.float64)
+    b = np.asarray(values_b, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"paired per-group values differ in length: {a.size} vs {b.size}")
+    return ratio_statistic(a - b, np.ones(a.size))
 
 
 def item_statistic(function: Callable[[np.ndarray, np.ndarray], float], metric, human, groups: np.ndarray) -> GroupStatistic:
@@ -124,15 +111,21 @@ def item_statistic(function: Callable[[np.ndarray, np.ndarray], float], metric, 
     def statistic(counts: np.ndarray) -> np.ndarray:
         return np.array([one(row) for row in counts])
 
-    return statistic
+    return Statistic(statistic)
 
 
-def difference(statistic_a: GroupStatistic, statistic_b: GroupStatistic) -> GroupStatistic:
-    return lambda counts: statistic_a(counts) - statistic_b(counts)
+def difference(statistic_a, statistic_b) -> Statistic:
+    """statistic_a - statistic_b on the same resamples (and the same left-out groups)."""
+    a, b = as_statistic(statistic_a), as_statistic(statistic_b)
+    shortcut = None
+    if a.leave_one_out is not None and b.leave_one_out is not None:
+        def shortcut():
+            return a.leave_one_out() - b.leave_one_out()
+    return Statistic(lambda counts: a(counts) - b(counts), shortcut)
 
 
 def group_interval(
-    statistic: GroupStatistic,
+    statistic,
     n_groups: int,
     *,
     n_resamples: int = 2000,
@@ -150,48 +143,67 @@ def group_interval(
         raise ValueError(f"a group bootstrap needs at least 2 groups, got {n_groups}")
     if n_resamples < 1:
         raise ValueError(f"n_resamples must be positive, got {n_resamples}")
-
-    def on_indices(indices: np.ndarray, axis: int = -1) -> np.ndarray:
-        flat = indices.reshape(-1, indices.shape[-1])
-        offsets = (np.arange(flat.shape[0]) * n_groups)[:, None]
-        counts = np.bincount((flat + offsets).ravel(), minlength=flat.shape[0] * n_groups)
-        values = statistic(counts.reshape(flat.shape[0], n_groups).astype(np.float64))
-        return values.reshape(indices.shape[:-1])
-
+    if method.lower() not in ("bca", "percentile", "basic"):
+        raise ValueError(f"method must be BCa, percentile or basic, got {method!r}")
+    statistic = as_statistic(statistic)
     estimate = float(statistic(np.ones((1, n_groups)))[0])
     if not np.isfinite(estimate):
         return Interval(estimate, float("nan"), float("nan"), n_groups, n_resamples, "statistic undefined on the full data")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result = stats.bootstrap(
-            (np.arange(n_groups),),
-            on_indices,
-            n_resamples=n_resamples,
-            batch=_BATCH,
-            vectorized=True,
-            confidence_level=confidence,
-            method=method,
-            rng=np.random.default_rng(seed),
-        )
-    low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
-    note = None
-    distribution = result.bootstrap_distribution
+    distribution = bootstrap_distribution(statistic, n_groups, n_resamples, seed)
     undefined = int(np.count_nonzero(~np.isfinite(distribution)))
-    if not undefined and np.all(distribution == distribution[0]):
+    if undefined:
+        return Interval(estimate, float("nan"), float("nan"), n_groups, n_resamples, f"statistic undefined in {undefined} of {n_resamples} resamples")
+    if np.all(distribution == distribution[0]):
         # e.g. an accuracy of 1.0, or two metrics that agree on every group: no spread at all
-        low = high = float(distribution[0])
-        note = "every resample gives the same value"
-    elif undefined:
-        note = f"statistic undefined in {undefined} of {n_resamples} resamples"
-    elif not (np.isfinite(low) and np.isfinite(high)):
-        messages = {str(w.message).split(".")[0] for w in caught}
-        note = "interval not computable: " + ("; ".join(sorted(messages)) or "degenerate bootstrap distribution")
-    return Interval(estimate, low, high, n_groups, n_resamples, note)
+        value = float(distribution[0])
+        return Interval(estimate, value, value, n_groups, n_resamples, "every resample gives the same value")
+    alpha = (1.0 - confidence) / 2.0
+    if method.lower() == "bca":
+        levels, reason = bca_levels(estimate, distribution, statistic.jackknife(n_groups), alpha)
+        if reason:
+            return Interval(estimate, float("nan"), float("nan"), n_groups, n_resamples, f"interval not computable: {reason}")
+    else:
+        levels = (alpha, 1.0 - alpha)
+    low, high = (float(v) for v in np.quantile(distribution, levels))
+    if method.lower() == "basic":
+        low, high = 2 * estimate - high, 2 * estimate - low
+    return Interval(estimate, low, high, n_groups, n_resamples)
+
+
+def bootstrap_distribution(statistic, n_groups: int, n_resamples: int, seed: int) -> np.ndarray:
+    """The statistic on `n_resamples` group resamples, drawn exactly as scipy.stats.bootstrap does."""
+    rng = np.random.default_rng(seed)
+    values = []
+    for start in range(0, n_resamples, _BATCH):
+        rows = min(_BATCH, n_resamples - start)
+        indices = rng.integers(0, n_groups, (rows, n_groups))
+        offsets = (np.arange(rows) * n_groups)[:, None]
+        counts = np.bincount((indices + offsets).ravel(), minlength=rows * n_groups)
+        values.append(statistic(counts.reshape(rows, n_groups).astype(np.float64)))
+    return np.concatenate(values)
+
+
+def bca_levels(estimate: float, distribution: np.ndarray, jackknife: np.ndarray, alpha: float):
+    """BCa's adjusted quantile levels (scipy's `_bca_interval`), or (None, reason)."""
+    share = (np.count_nonzero(distribution < estimate) + np.count_nonzero(distribution <= estimate)) / (2 * distribution.size)
+    z0 = ndtri(share)
+    n = float(jackknife.size)
+    spread = (n - 1) * (jackknife.mean() - jackknife)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        acceleration = 1 / 6 * (np.sum(spread**3) / n**3) / (np.sum(spread**2) / n**2) ** (3 / 2)
+        z_alpha = float(ndtri(alpha))
+        levels = []
+        for z in (z_alpha, -z_alpha):
+            levels.append(float(ndtr(z0 + (z0 + z) / (1 - acceleration * (z0 + z)))))
+    if not all(np.isfinite(levels)):
+        reason = "bias correction undefined" if not np.isfinite(z0) else "acceleration undefined (jackknife values all equal)"
+        return None, reason
+    return tuple(levels), None
 
 
 def paired_group_interval(
-    statistic_a: GroupStatistic,
-    statistic_b: GroupStatistic,
+    statistic_a,
+    statistic_b,
     n_groups: int,
     **options,
 ) -> Interval:

@@ -1,8 +1,9 @@
 """Rank and linear correlation between a metric and human judgments.
 
-`srcc` is Spearman's rank correlation. `plcc` is the Pearson correlation after a
-four-parameter logistic (4PL) fit of the human score on the metric, the usual way to
-compare a metric whose scale is not linear in human ratings.
+`srcc` is Spearman's rank correlation, `kendall` Kendall's tau-b, `pearson` the plain
+Pearson correlation. `plcc` is the Pearson correlation after a four-parameter logistic (4PL)
+fit of the human score on the metric, the usual way to compare a metric whose scale is not
+linear in human ratings.
 
 Input rules shared by every statistic in this package (see `check_pair`):
 - lengths differ, a value is NaN/inf, or fewer than 3 items -> ValueError (a caller bug
@@ -104,6 +105,16 @@ def pearson(x, y) -> Correlation:
     return Correlation(float(stats.pearsonr(x, y).statistic), x.size)
 
 
+def kendall(x, y) -> Correlation:
+    """Kendall tau-b (ties corrected on both sides), scipy.stats.kendalltau's default."""
+    x, y = check_pair(x, y)
+    note = constant_note(x, y)
+    if note:
+        _undefined(f"Kendall tau undefined: {note}")
+        return Correlation(float("nan"), x.size, note)
+    return Correlation(float(stats.kendalltau(x, y).statistic), x.size)
+
+
 def logistic4(x, b1, b2, b3, b4):
     """y = b2 + (b1 - b2) / (1 + exp(-(x - b3) / |b4|)); b1, b2 are the two plateaus."""
     z = -(x - b3) / np.abs(b4)
@@ -151,7 +162,10 @@ def plcc(x, y, *, maxfev: int = 200) -> LogisticCorrelation:
     starting points on z-scored data; the best fit wins. A fit that raises, gives non-finite
     parameters, a flat prediction, or a worse fit than a straight line is a failure: value
     NaN, `fit_ok` False and `note` saying which. Fewer than 5 items also give NaN (a
-    4-parameter curve fits 4 points exactly).
+    4-parameter curve fits 4 points exactly). The fit is bounded (plateaus, centre, width in
+    z-units); `note` names every bound the fit ends on. If the bounded fit's PLCC is below
+    plain Pearson in magnitude, the linear fit is reported instead (value = Pearson,
+    `fit_ok` False, `note` says so): a PLCC is never below the straight line's correlation.
     """
     x, y = check_pair(x, y)
     note = constant_note(x, y)
@@ -171,7 +185,7 @@ def plcc(x, y, *, maxfev: int = 200) -> LogisticCorrelation:
     # plateaus at +-50) while stopping the drift towards infinite width that a linear
     # relation otherwise causes (and that exhausts the evaluation budget).
     bounds = ([-50.0, -50.0, -20.0, 1e-3], [50.0, 50.0, 20.0, 20.0])
-    best, best_sse, errors, stopped = None, np.inf, [], False
+    best, best_sse, errors, stopped, active = None, np.inf, [], False, None
     for start in _starting_points(xs, ys, slope):
         try:
             fit = optimize.least_squares(
@@ -189,7 +203,7 @@ def plcc(x, y, *, maxfev: int = 200) -> LogisticCorrelation:
             continue
         sse = 2.0 * float(fit.cost)
         if sse < best_sse:
-            best, best_sse, stopped = fit.x, sse, fit.status == 0
+            best, best_sse, stopped, active = fit.x, sse, fit.status == 0, getattr(fit, "active_mask", None)
     if best is None:
         return _failed(x.size, linear, "logistic fit failed from every start: " + "; ".join(errors))
     fitted = logistic4(xs, *best)
@@ -204,8 +218,34 @@ def plcc(x, y, *, maxfev: int = 200) -> LogisticCorrelation:
     params = (float(my + sy * b1), float(my + sy * b2), float(mx + sx * b3), float(sx * abs(b4)))
     # A fit still improving at the evaluation limit (flat objective, e.g. an unrelated metric)
     # is kept: it already fits at least as well as a line. The note says so.
-    note = f"fit stopped at the evaluation limit ({maxfev})" if stopped else None
-    return LogisticCorrelation(value, x.size, note, params, linear, True)
+    notes = [f"fit stopped at the evaluation limit ({maxfev})"] if stopped else []
+    binding = _binding_bounds(best, active, bounds)
+    if binding:
+        notes.append("4PL bound binds: " + ", ".join(binding))
+    if abs(value) < abs(linear):
+        # The bounded curve fits worse than the line it contains in the limit: report the
+        # linear fit (its correlation is plain Pearson) rather than a PLCC below Pearson.
+        notes.append(f"4PL PLCC {value:.6g} below plain Pearson {linear:.6g}: linear fit used")
+        return LogisticCorrelation(linear, x.size, "; ".join(notes), None, linear, False)
+    return LogisticCorrelation(value, x.size, "; ".join(notes) or None, params, linear, True)
+
+
+_PARAMETER_NAMES = ("upper plateau b1", "lower plateau b2", "centre b3", "width b4")
+
+
+def _binding_bounds(params, active, bounds) -> list[str]:
+    """Parameters held at a bound by the fit (least_squares' active set), named with the bound."""
+    names = []
+    for index, name in enumerate(_PARAMETER_NAMES):
+        side = int(active[index]) if active is not None else 0
+        if side == 0:  # also catch a parameter sitting on a bound the active set did not flag
+            low, high = bounds[0][index], bounds[1][index]
+            tolerance = 1e-9 * max(1.0, abs(high - low))
+            side = -1 if params[index] - low <= tolerance else (1 if high - params[index] <= tolerance else 0)
+        if side:
+            limit = bounds[0][index] if side < 0 else bounds[1][index]
+            names.append(f"{name} at {'lower' if side < 0 else 'upper'} bound {limit:g} (z-units)")
+    return names
 
 
 def _failed(n: int, linear: float, note: str) -> LogisticCorrelation:

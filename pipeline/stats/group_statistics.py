@@ -1,0 +1,277 @@
+"""SRCC, Kendall tau-b and Pearson as group-bootstrap statistics, each with an exact fast jackknife.
+
+A statistic takes group multiplicities `counts` (batch, n_groups) and returns one value per
+row: the statistic on the sample where every item of group g occurs counts[g] times (ties
+between copies of an item count as ties, as in the expanded sample). `leave_one_out()`
+gives the n_groups values with one group dropped, which BCa's acceleration needs.
+
+Why the jackknife is cheap. Drop the items R of one group. For every other item i its new
+average rank is r_i - a_i with a_i = sum_{j in R} H(x_i - x_j) (H = 1, 1/2, 0 for >, =, <),
+and the centred rank is d_i - e_i with e_i = 1/2 sum_{j in R} sgn(x_i - x_j). Expanding the
+sums of products over all items splits them into per-item sums (prefix sums after one sort)
+and, per pair (j, l) of items of the same group, a quadrant count
+sum_i sgn(x_i - x_j) sgn(y_i - y_l) (`dominance.QuadrantCounts`); the dropped items' own
+terms are subtracted directly. Kendall's S loses each dropped item's concordance sum (one
+quadrant count per item) and regains the pairs inside the group. Pearson needs per-group
+sums only. All is O((N + sum of squared group sizes) log^2 N) instead of O(N x n_groups).
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+from pipeline.stats.correlation import check_pair
+from pipeline.stats.dominance import QuadrantCounts
+from pipeline.stats.statistic import Statistic, naive_jackknife
+
+_MAX_GROUP_PAIRS = 20_000_000  # beyond this many within-group pairs, jackknife by recomputation
+
+
+class _AverageRanks:
+    """Average ranks (ties share the mean rank) of one variable under any item weights."""
+
+    def __init__(self, values: np.ndarray):
+        self.order = np.argsort(values, kind="stable")
+        ordered = values[self.order]
+        is_last = np.append(ordered[1:] != ordered[:-1], True)
+        self.last = np.flatnonzero(is_last)  # sorted position of the last item of each distinct value
+        tie_group = np.concatenate([[0], np.cumsum(is_last)[:-1]])
+        self.item_group = np.empty(values.size, dtype=np.int64)
+        self.item_group[self.order] = tie_group
+
+    def __call__(self, weights: np.ndarray) -> np.ndarray:
+        ends = np.cumsum(weights[:, self.order], axis=1)[:, self.last]
+        starts = np.concatenate([np.zeros((weights.shape[0], 1)), ends[:, :-1]], axis=1)
+        return ((starts + ends + 1.0) / 2.0)[:, self.item_group]
+
+
+def _weighted_rank_correlation(rank_x: np.ndarray, rank_y: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Pearson correlation of average ranks with item weights: Spearman on the expanded sample."""
+    total = weights.sum(axis=1, keepdims=True)
+    centre = (total + 1.0) / 2.0  # the mean of average ranks 1..N is always (N + 1) / 2
+    dx, dy = rank_x - centre, rank_y - centre
+    wdx = weights * dx
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (wdx * dy).sum(axis=1) / np.sqrt((wdx * dx).sum(axis=1) * (weights * dy * dy).sum(axis=1))
+
+
+class _Pairs:
+    """Ordered pairs (j, k) of items of the same group, j == k included, and helpers on codes."""
+
+    def __init__(self, groups: np.ndarray, n_groups: int):
+        sizes = np.bincount(groups, minlength=n_groups)
+        self.too_many = int(np.sum(sizes.astype(np.int64) ** 2)) > _MAX_GROUP_PAIRS
+        if self.too_many:
+            return
+        order = np.argsort(groups, kind="stable")
+        ordered_groups = groups[order]
+        starts = np.searchsorted(ordered_groups, ordered_groups, side="left")
+        repeats = sizes[ordered_groups]
+        first = np.repeat(np.arange(groups.size), repeats)
+        offset = np.arange(repeats.sum()) - np.repeat(np.cumsum(repeats) - repeats, repeats)
+        self.j = order[first]
+        self.k = order[np.repeat(starts, repeats) + offset]
+        self.group = ordered_groups[first]
+        self.n_groups = n_groups
+
+    def per_group(self, values: np.ndarray) -> np.ndarray:
+        return np.bincount(self.group, weights=values, minlength=self.n_groups)
+
+
+def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Dense integer codes 0..D-1 (order-preserving) and the count of each code."""
+    _, codes = np.unique(values, return_inverse=True)
+    return codes.astype(np.int64), np.bincount(codes)
+
+
+def _signed_sums(weights: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """For every item j: sum_i weights_i * sgn(values_i - values_j)."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    running = np.concatenate([[0.0], np.cumsum(weights[order])])
+    below = running[np.searchsorted(ordered, values, side="left")]
+    above = running[-1] - running[np.searchsorted(ordered, values, side="right")]
+    return above - below
+
+
+def _sign_products_1d(cx: np.ndarray, count: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """sum_i sgn(x_i - x_a) sgn(x_i - x_b) from codes (a, b are item codes)."""
+    cumulative = np.cumsum(count)
+    n = cumulative[-1]
+    lower, upper = np.minimum(a, b), np.maximum(a, b)
+    at_most = cumulative[lower]
+    below = at_most - count[lower]
+    above = n - cumulative[upper]
+    between = np.maximum((cumulative[upper] - count[upper]) - at_most, 0)
+    return below + above - between
+
+
+class _SignProducts:
+    """sum_i w_i sgn(x_i - X) sgn(y_i - Y) for query codes (X, Y); w = 1 or rows of weights.
+
+    With Q = w(x > X, y > Y) (one quadrant count) and the weight at X or Y (binary searches
+    in (x, y) and (y, x) order), the four sign quadrants follow by inclusion-exclusion.
+    """
+
+    def __init__(self, cx, cy, qx, qy):
+        self.n = cx.size
+        span = int(max(cx.max(), cy.max(), qx.max(), qy.max())) + 2
+        keys_x, keys_y = cx * span + cy, cy * span + cx
+        self.order_x, self.order_y = np.argsort(keys_x, kind="stable"), np.argsort(keys_y, kind="stable")
+        keys_x, keys_y = keys_x[self.order_x], keys_y[self.order_y]
+        # sorted positions from which the points satisfy each condition (tails of the order)
+        self.tails_x = [np.searchsorted(keys_x, key, side=side) for key, side in (
+            ((qx + 1) * span, "left"),  # x > X
+            (qx * span, "left"),  # x >= X
+            (qx * span + qy, "right"),  # x > X, or x = X and y > Y
+            (qx * span + qy, "left"),  # ... or x = X and y >= Y
+        )]  # fmt: skip
+        self.tails_y = [np.searchsorted(keys_y, key, side=side) for key, side in (
+            ((qy + 1) * span, "left"),  # y > Y
+            (qy * span, "left"),  # y >= Y
+            (qy * span + qx, "right"),  # y > Y, or y = Y and x > X
+        )]  # fmt: skip
+        self.quadrants = QuadrantCounts(cx, cy, qx, qy)
+
+    def sums(self, weights: np.ndarray | None = None) -> np.ndarray:
+        if weights is None:
+            tail_x = [self.n - t for t in self.tails_x]
+            tail_y = [self.n - t for t in self.tails_y]
+            q = self.quadrants.counts().astype(np.float64)
+            total = float(self.n)
+        else:
+            total = weights.sum(axis=1, keepdims=True)
+            running_x = np.concatenate([np.zeros((weights.shape[0], 1)), np.cumsum(weights[:, self.order_x], axis=1)], axis=1)
+            running_y = np.concatenate([np.zeros((weights.shape[0], 1)), np.cumsum(weights[:, self.order_y], axis=1)], axis=1)
+            tail_x = [total - running_x[:, t] for t in self.tails_x]
+            tail_y = [total - running_y[:, t] for t in self.tails_y]
+            q = self.quadrants.weighted(weights)
+        gx, gex, x_after, x_from = tail_x
+        gy, gey, y_after = tail_y
+        e1, e2, e3 = x_after - gx, y_after - gy, x_from - x_after  # x = X & y > Y; y = Y & x > X; both equal
+        # #(>,>) + #(<,<) - #(>,<) - #(<,>), with #(>=X, >=Y) = q + e1 + e2 + e3
+        return q + (total - gex - gey + q + e1 + e2 + e3) - (gx - q - e2) - (gy - q - e1)
+
+
+def srcc_statistic(metric, human, groups: np.ndarray) -> Statistic:
+    """SRCC of `metric` with `human` on the items of the resampled groups (`groups`: item -> code)."""
+    metric, human = check_pair(metric, human)
+    groups = np.asarray(groups, dtype=np.int64)
+    rank_metric, rank_human = _AverageRanks(metric), _AverageRanks(human)
+
+    def statistic(counts: np.ndarray) -> np.ndarray:
+        weights = counts[:, groups]
+        return _weighted_rank_correlation(rank_metric(weights), rank_human(weights), weights)
+
+    def leave_one_out() -> np.ndarray:
+        n_groups = int(groups.max()) + 1
+        pairs = _Pairs(groups, n_groups)
+        if pairs.too_many:
+            return naive_jackknife(statistic, n_groups)
+        return _srcc_jackknife(metric, human, pairs)
+
+    return Statistic(statistic, leave_one_out)
+
+
+def _srcc_jackknife(x: np.ndarray, y: np.ndarray, pairs: _Pairs) -> np.ndarray:
+    n = x.size
+    dx = stats.rankdata(x) - (n + 1) / 2.0
+    dy = stats.rankdata(y) - (n + 1) / 2.0
+    cx, count_x = _codes(x)
+    cy, count_y = _codes(y)
+    j, k = pairs.j, pairs.k
+    # sums over all items of the centred ranks after the drop, expanded (module doc)
+    cross = _SignProducts(cx, cy, cx[j], cy[k]).sums()
+    sxy = (dx @ dy) - 0.5 * pairs.per_group(np.where(j == k, _signed_sums(dx, y)[j] + _signed_sums(dy, x)[j], 0.0))
+    sxy += 0.25 * pairs.per_group(cross)
+    sxx = (dx @ dx) - pairs.per_group(np.where(j == k, _signed_sums(dx, x)[j], 0.0))
+    sxx += 0.25 * pairs.per_group(_sign_products_1d(cx, count_x, cx[j], cx[k]).astype(np.float64))
+    syy = (dy @ dy) - pairs.per_group(np.where(j == k, _signed_sums(dy, y)[j], 0.0))
+    syy += 0.25 * pairs.per_group(_sign_products_1d(cy, count_y, cy[j], cy[k]).astype(np.float64))
+    # the dropped items' own terms: e_j = 1/2 sum_{l in R} sgn(x_j - x_l)
+    e = np.bincount(j, weights=0.5 * np.sign(x[j] - x[k]), minlength=n)
+    f = np.bincount(j, weights=0.5 * np.sign(y[j] - y[k]), minlength=n)
+    own = np.flatnonzero(j == k)
+    items, group = j[own], pairs.group[own]
+
+    def inside(u, v):
+        return np.bincount(group, weights=u[items] * v[items], minlength=pairs.n_groups)
+
+    sxy -= inside(dx - e, dy - f)
+    sxx -= inside(dx - e, dx - e)
+    syy -= inside(dy - f, dy - f)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return sxy / np.sqrt(sxx * syy)
+
+
+def kendall_statistic(metric, human, groups: np.ndarray) -> Statistic:
+    """Kendall tau-b (scipy.stats.kendalltau's default) on the items of the resampled groups."""
+    metric, human = check_pair(metric, human)
+    groups = np.asarray(groups, dtype=np.int64)
+    cx, count_x = _codes(metric)
+    cy, count_y = _codes(human)
+    signs = _SignProducts(cx, cy, cx, cy)  # per item: sum_i sgn(x_i - x_j) sgn(y_i - y_j)
+    order_x, order_y = np.argsort(cx, kind="stable"), np.argsort(cy, kind="stable")
+    starts_x = np.searchsorted(cx[order_x], np.arange(count_x.size))
+    starts_y = np.searchsorted(cy[order_y], np.arange(count_y.size))
+
+    def statistic(counts: np.ndarray) -> np.ndarray:
+        weights = counts[:, groups]
+        total = weights.sum(axis=1)
+        per_x = np.add.reduceat(weights[:, order_x], starts_x, axis=1)  # weight of each distinct value
+        per_y = np.add.reduceat(weights[:, order_y], starts_y, axis=1)
+        s = 0.5 * np.sum(weights * signs.sums(weights), axis=1)
+        pairs_all = total * (total - 1) / 2
+        ties_x = np.sum(per_x * (per_x - 1), axis=1) / 2
+        ties_y = np.sum(per_y * (per_y - 1), axis=1) / 2
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return s / np.sqrt(pairs_all - ties_x) / np.sqrt(pairs_all - ties_y)
+
+    def leave_one_out() -> np.ndarray:
+        n_groups = int(groups.max()) + 1
+        pairs = _Pairs(groups, n_groups)
+        if pairs.too_many:
+            return naive_jackknife(statistic, n_groups)
+        j, k = pairs.j, pairs.k
+        per_item = signs.sums()
+        s = 0.5 * per_item.sum()
+        within = pairs.per_group(np.sign(metric[j] - metric[k]) * np.sign(human[j] - human[k]))
+        s_left = s - np.bincount(groups, weights=per_item, minlength=n_groups) + 0.5 * within
+        n = metric.size
+        size = np.bincount(groups, minlength=n_groups).astype(np.float64)
+        left = n - size
+
+        def ties_left(codes, count):
+            tied = np.sum(count * (count - 1.0)) / 2
+            touching = np.bincount(groups, weights=count[codes] - 1.0, minlength=n_groups)
+            inside = 0.5 * (pairs.per_group((codes[j] == codes[k]).astype(np.float64)) - size)
+            return tied - (touching - inside)
+
+        pairs_left = left * (left - 1) / 2
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return s_left / np.sqrt(pairs_left - ties_left(cx, count_x)) / np.sqrt(pairs_left - ties_left(cy, count_y))
+
+    return Statistic(statistic, leave_one_out)
+
+
+def pearson_statistic(metric, human, groups: np.ndarray) -> Statistic:
+    """Plain Pearson correlation on the items of the resampled groups."""
+    metric, human = check_pair(metric, human)
+    groups = np.asarray(groups, dtype=np.int64)
+    x, y = metric - metric.mean(), human - human.mean()  # centred once: less cancellation
+    columns = np.stack([np.ones_like(x), x, y, x * x, y * y, x * y])
+
+    def correlation(sums: np.ndarray) -> np.ndarray:
+        n, sx, sy, sxx, syy, sxy = sums
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (sxy - sx * sy / n) / np.sqrt((sxx - sx * sx / n) * (syy - sy * sy / n))
+
+    def statistic(counts: np.ndarray) -> np.ndarray:
+        return correlation(columns @ counts[:, groups].T)
+
+    def leave_one_out() -> np.ndarray:
+        n_groups = int(groups.max()) + 1
+        per_group = np.stack([np.bincount(groups, weights=c, minlength=n_groups) for c in columns])
+        return correlation(columns.sum(axis=1)[:, None] - per_group)
+
+    return Statistic(statistic, leave_one_out)
