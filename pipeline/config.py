@@ -25,7 +25,7 @@ CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 ENGINES = ("hf", "vllm", "scripted")
 PROBABILITIES = ("normalized", "raw")
 PROTOCOL_STATISTICS = {
-    "correlation": ("srcc", "plcc", "pairwise_acc"),
+    "correlation": ("srcc", "kendall", "pearson", "plcc", "pairwise_acc"),
     "winoground": ("text_acc", "image_acc", "group_acc"),
     "multiple_choice": ("accuracy",),
 }
@@ -88,15 +88,18 @@ class ProtocolSpec:
 
     # correlation (SRCC/PLCC/pairwise accuracy) | winoground | multiple_choice
     kind: str = "correlation"
-    # correlation: srcc, plcc, pairwise_acc; winoground: text_acc, image_acc, group_acc;
+    # correlation: srcc, kendall, pearson, plcc, pairwise_acc; winoground: text_acc, image_acc, group_acc;
     # multiple_choice: accuracy
-    statistics: list[str] = field(default_factory=lambda: ["srcc", "plcc", "pairwise_acc"])
+    statistics: list[str] = field(default_factory=lambda: ["srcc", "kendall", "pearson", "plcc", "pairwise_acc"])
     # multiple choice ties: expected (1/k), strict (a tie fails), first (official NegBench argmax)
     tie_policy: str = "expected"
     # extra per-subset breakdowns: tags (GenAI-Bench skills), template (NegBench)
     breakdowns: list[str] = field(default_factory=list)
     # the statistic the paired bootstrap compares metrics on
     primary_statistic: str = "srcc"
+    # items whose metric had no questions (score null, note "no_questions"): exclude (left
+    # out and counted) or zero (scored 0, as DSG's own scorer does); recorded in the note
+    no_questions: str = "exclude"
 
 
 @dataclass

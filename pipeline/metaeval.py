@@ -10,13 +10,17 @@ statistics `benchmark, backbone, metric, subset, statistic, value, ci_low, ci_hi
 statistic, metric, baseline, delta, ci_low, ci_high, significant, n_groups`.
 
 What is computed (SPEC section 4):
-- correlation: srcc, plcc (4PL; a failed fit is NaN with the reason in `note`),
-  pairwise_acc (acc23 with tie calibration; the chosen epsilon is in `note`);
+- correlation: srcc, kendall (tau-b, as scipy.stats.kendalltau), pearson (plain), plcc (4PL;
+  a failed fit is NaN with the reason in `note`, a binding bound is noted, a fit below
+  Pearson falls back to the line), pairwise_acc (acc23 with tie calibration; the chosen
+  epsilon is in `note`);
 - winoground: text_acc, image_acc, group_acc (strict: a tie fails);
 - multiple_choice: accuracy with the protocol's tie policy.
 Subsets: `all`, plus `tag=<t>`, `basic`, `advanced` (breakdown "tags"), `template=<t>`
-(breakdown "template"). Intervals are group-bootstrap BCa 95% (seeded) for srcc and the
-accuracies; plcc and pairwise_acc have none (a refit per resample is too slow to be useful).
+(breakdown "template"). Intervals are group-bootstrap BCa 95% (seeded) for srcc, kendall,
+pearson and the accuracies; plcc and pairwise_acc have none (a refit per resample is too
+slow to be useful). Items whose metric had no questions follow `protocol.no_questions`
+(exclude, or zero as DSG does); the statistics note records the policy and the count.
 Deltas compare `target` with the strongest baseline (best primary statistic in that
 backbone and subset) on the items both scored, with a paired group BCa interval.
 Nothing bad is dropped silently: missing scores, unknown items, null human values and
@@ -36,16 +40,24 @@ import pyarrow as pa
 
 from pipeline.config import ProtocolSpec
 from pipeline.stats import bootstrap, choice
-from pipeline.stats.correlation import MIN_ITEMS, DegenerateInputWarning, plcc, srcc
+from pipeline.stats.correlation import MIN_ITEMS, DegenerateInputWarning, kendall, pearson, plcc, srcc
 from pipeline.stats.pairwise import pairwise_accuracy
 
 STATISTICS = {
-    "correlation": ("srcc", "plcc", "pairwise_acc"),
+    "correlation": ("srcc", "kendall", "pearson", "plcc", "pairwise_acc"),
     "winoground": ("text_acc", "image_acc", "group_acc"),
     "multiple_choice": ("accuracy",),
 }
 DEFAULT_PRIMARY = {"correlation": "srcc", "winoground": "group_acc", "multiple_choice": "accuracy"}
-WITH_INTERVALS = {"srcc", "text_acc", "image_acc", "group_acc", "accuracy"}
+WITH_INTERVALS = {"srcc", "kendall", "pearson", "text_acc", "image_acc", "group_acc", "accuracy"}
+NO_QUESTION_POLICIES = ("exclude", "zero")
+NO_QUESTIONS_NOTE = "no_questions"  # the scorers' note on an item whose metric had no questions
+# correlation statistic -> (point estimate, group statistic with a fast jackknife)
+_RANKED = {
+    "srcc": (srcc, bootstrap.srcc_statistic),
+    "kendall": (kendall, bootstrap.kendall_statistic),
+    "pearson": (pearson, bootstrap.pearson_statistic),
+}
 DIAGNOSTIC_METRICS = {"mean_commitment"}  # per-item diagnostics in the scores table, not metrics
 
 # GenAI-Bench skill groups, as in the benchmark's own evaluation code (t2v_metrics,
@@ -102,14 +114,17 @@ def long_scores(scores) -> pl.DataFrame:
         long = scores
     else:
         metric_columns = [c for c in scores.columns if c not in {"item_id", "backbone", "benchmark", "note"}]
+        scores = scores.drop("note", strict=False)  # a wide table's note is not per metric
         if not metric_columns:
             raise ValueError("scores: neither long (metric, score) nor wide (one column per metric) columns found")
         long = scores.unpivot(on=metric_columns, index=["item_id", "backbone"], variable_name="metric", value_name="score")
+    note = pl.col("note").cast(pl.String) if "note" in long.columns else pl.lit(None, dtype=pl.String)
     return long.select(
         pl.col("item_id").cast(pl.String),
         pl.col("backbone").cast(pl.String).fill_null(_NO_BACKBONE),
         pl.col("metric").cast(pl.String),
         pl.col("score").cast(pl.Float64),
+        note.alias("note"),
     )
 
 
@@ -143,7 +158,27 @@ def _check_protocol(protocol: ProtocolSpec) -> tuple[list[str], str]:
     primary = protocol.primary_statistic if protocol.primary_statistic in valid else DEFAULT_PRIMARY[protocol.kind]
     if protocol.kind == "multiple_choice" and protocol.tie_policy not in choice.TIE_POLICIES:
         raise ValueError(f"tie_policy must be one of {choice.TIE_POLICIES}, got {protocol.tie_policy!r}")
+    if getattr(protocol, "no_questions", "exclude") not in NO_QUESTION_POLICIES:
+        raise ValueError(f"no_questions must be one of {NO_QUESTION_POLICIES}, got {protocol.no_questions!r}")
     return requested, primary
+
+
+def apply_no_question_policy(scores: pl.DataFrame, policy: str) -> tuple[pl.DataFrame, dict[tuple[str, str], str]]:
+    """Scores with the policy applied, and per (backbone, metric) the note that records it.
+
+    An item whose metric had no questions has a null score and the note "no_questions".
+    `exclude` leaves it null (dropped and counted like any missing score); `zero` scores it
+    0, which is what DSG's released scorer does.
+    """
+    no_questions = pl.col("score").is_null() & (pl.col("note") == NO_QUESTIONS_NOTE).fill_null(False)
+    counts = scores.filter(no_questions).group_by("backbone", "metric").agg(pl.len())
+    notes = {}
+    for backbone, metric, count in counts.iter_rows():
+        action = "scored 0" if policy == "zero" else "excluded"
+        notes[(backbone, metric)] = f"{count} item(s) without questions {action} (no_questions={policy})"
+    if policy == "zero":
+        scores = scores.with_columns(score=pl.when(no_questions).then(0.0).otherwise(pl.col("score")))
+    return scores, notes
 
 
 def _subsets(items: pl.DataFrame, protocol: ProtocolSpec) -> list[tuple[str, set[str] | None]]:
@@ -191,13 +226,14 @@ class _Correlation:
             return _Value(float("nan"), n, f"only {n} item(s) with scores and human values")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateInputWarning)  # the note carries it
-            if statistic == "srcc":
-                result = srcc(metric, human)
+            if statistic in _RANKED:
+                point, group_statistic = _RANKED[statistic]
+                result = point(metric, human)
                 interval = None
                 if n_resamples and math.isfinite(result.value):
                     groups, n_groups = bootstrap.group_codes(self.frame["group_id"].to_numpy())
                     if n_groups >= 2:
-                        stat = bootstrap.srcc_statistic(metric, human, groups)
+                        stat = group_statistic(metric, human, groups)
                         interval = bootstrap.group_interval(stat, n_groups, n_resamples=n_resamples, seed=seed)
                 return _Value(result.value, n, result.note, interval)
             if statistic == "plcc":
@@ -215,8 +251,8 @@ class _Correlation:
         groups, n_groups = bootstrap.group_codes(both["group_id"].to_numpy())
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateInputWarning)
-            if statistic == "srcc":
-                stat_a, stat_b = (bootstrap.srcc_statistic(x, human, groups) for x in (a, b))
+            if statistic in _RANKED:
+                stat_a, stat_b = (_RANKED[statistic][1](x, human, groups) for x in (a, b))
             elif statistic == "plcc":
                 stat_a, stat_b = (bootstrap.item_statistic(lambda m, h: plcc(m, h).value, x, human, groups) for x in (a, b))
             else:  # pairwise accuracy: exact but ~1 s per resample at 9,600 items; no interval
@@ -267,13 +303,11 @@ class _Choice:
         position_b = {g: i for i, g in enumerate(other.group_ids)}
         a = self.credit[statistic][[position_a[g] for g in common]]
         b = other.credit[statistic][[position_b[g] for g in common]]
-        delta = float(a.mean() - b.mean())
+        difference = bootstrap.mean_difference_statistic(a, b)  # per-group differences: an exact estimate
+        delta = float(difference(np.ones((1, len(common))))[0])
         if not n_resamples or len(common) < 2:
             return delta, None, len(common)
-        ones = np.ones(len(common))
-        interval = bootstrap.paired_group_interval(
-            bootstrap.ratio_statistic(a, ones), bootstrap.ratio_statistic(b, ones), len(common), n_resamples=n_resamples, seed=seed
-        )
+        interval = bootstrap.group_interval(difference, len(common), n_resamples=n_resamples, seed=seed)
         return delta, interval, len(common)
 
 
@@ -319,6 +353,7 @@ def evaluate(
 
     scores = long_scores(scores)
     scores = scores.filter(~pl.col("metric").is_in(list(DIAGNOSTIC_METRICS)))
+    scores, policy_notes = apply_no_question_policy(scores, getattr(protocol, "no_questions", "exclude"))
     duplicates = scores.filter(pl.struct("item_id", "backbone", "metric").is_duplicated())
     if duplicates.height:
         problems.append(f"scores: {duplicates.height} rows repeat an (item_id, backbone, metric); kept the first")
@@ -350,7 +385,10 @@ def evaluate(
                     problems.append(f"{backbone}/{metric}: {_dropped_message(measure)}")
                 for statistic in statistics_names:
                     value = measure.measure(statistic, n_resamples if statistic in WITH_INTERVALS else 0, seed)
-                    stat_rows.append(_statistics_row(benchmark, backbone, metric, subset, statistic, value))
+                    row = _statistics_row(benchmark, backbone, metric, subset, statistic, value)
+                    if (backbone, metric) in policy_notes:
+                        row["note"] = "; ".join(filter(None, [row["note"], policy_notes[(backbone, metric)]]))
+                    stat_rows.append(row)
                     if statistic == primary:
                         primary_values[metric] = value.value
                 if primary not in statistics_names:

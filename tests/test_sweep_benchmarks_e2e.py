@@ -22,9 +22,9 @@ GENERATIONS = [
     {"contains": "yes/no questions", "text": '["Is there an object?", "Is the object in the picture?"]'},
 ]
 EXPECTED = {
-    "genai_bench": {"srcc", "plcc", "pairwise_acc"},
-    "tifa160": {"srcc", "plcc", "pairwise_acc"},
-    "richhf": {"srcc", "plcc"},  # SPEC: no pairwise accuracy for RichHF
+    "genai_bench": {"srcc", "kendall", "pearson", "plcc", "pairwise_acc"},
+    "tifa160": {"srcc", "kendall", "pearson", "plcc", "pairwise_acc"},
+    "richhf": {"srcc", "kendall", "pearson", "plcc"},  # SPEC: no pairwise accuracy for RichHF
     "winoground": {"text_acc", "image_acc", "group_acc"},
     "negbench": {"accuracy"},
 }

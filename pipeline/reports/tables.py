@@ -73,6 +73,8 @@ BENCHMARK_LABELS = {
 }
 STATISTIC_LABELS = {
     "srcc": "SRCC",
+    "kendall": "Kendall tau-b",
+    "pearson": "Pearson",
     "plcc": "PLCC",
     "pairwise_acc": "Pairwise acc.",
     "text_acc": "Text",

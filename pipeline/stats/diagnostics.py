@@ -129,10 +129,8 @@ def choice_weighting_gain(
     low, cut = least_committed(group_commitment)
     gains = []
     for subset, mask, threshold in (("all", np.ones(weighted.size, bool), None), ("least_committed", low, cut)):
-        ones = np.ones(int(mask.sum()))
-        stat_w = bootstrap.ratio_statistic(weighted[mask], ones)
-        stat_u = bootstrap.ratio_statistic(unweighted[mask], ones)
-        interval = bootstrap.paired_group_interval(stat_w, stat_u, int(mask.sum()), n_resamples=n_resamples, seed=seed)
+        difference = bootstrap.mean_difference_statistic(weighted[mask], unweighted[mask])  # exact estimate
+        interval = bootstrap.group_interval(difference, int(mask.sum()), n_resamples=n_resamples, seed=seed)
         gains.append(
             WeightingGain(subset, float(weighted[mask].mean()), float(unweighted[mask].mean()), interval, int(mask.sum()), threshold)
         )
