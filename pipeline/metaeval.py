@@ -2,7 +2,10 @@
 
 Entry points:
 - `evaluate(scores, items, protocol, ...)` on in-memory tables;
-- `evaluate_files(scores_path, human_path, kind, ...)` on Parquet / CSV files (local or s3://).
+- `evaluate_files(scores_path, human_path, kind, ...)` on Parquet / CSV files (local or s3://);
+- `evaluate_released(source, scores_path, human_path, ...)` on a source's released per-item
+  files (DSG answers, TIFA scores, GenAI-Bench scores; `pipeline.released`), with that
+  source's own protocol.
 
 Both return `MetaEvalResult(statistics, deltas, problems)` with the schemas of docs/DESIGN.md:
 statistics `benchmark, backbone, metric, subset, statistic, value, ci_low, ci_high, n, note`
@@ -28,6 +31,7 @@ excluded groups are counted in `problems` (and in `note`).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from dataclasses import dataclass
@@ -486,14 +490,18 @@ def evaluate_files(
     The human file holds the ITEMS columns the protocol needs; in a CSV, `tags` may be one
     string with tags separated by "|". Missing columns raise ValueError naming the file and
     column; items found in only one of the files are reported in `problems`. `metrics`
-    keeps only those metrics. `options` go to `evaluate` (target, baselines, n_resamples, seed).
+    keeps only those metrics. `options` go to `evaluate` (target, baselines, n_resamples, seed);
+    `tie_policy` and `no_questions` set the protocol's policies.
     """
     scores = read_table(scores_path, what="scores")
     human = read_table(human_path, what="human")
     if "tags" in human.columns and human["tags"].dtype == pl.String:
         human = human.with_columns(pl.col("tags").fill_null("").str.split("|").list.eval(pl.element().str.strip_chars()).list.filter(pl.element() != ""))
     tie_policy = options.pop("tie_policy", "expected")
+    no_questions = options.pop("no_questions", None)
     protocol = protocol or protocol_for(kind, human, tie_policy=tie_policy)
+    if no_questions is not None:
+        protocol = dataclasses.replace(protocol, no_questions=no_questions)
     missing = [c for c in required_item_columns(protocol) if c not in human.columns]
     if missing:
         raise ValueError(f"human file {human_path}: missing column(s) {missing} needed by a {protocol.kind} protocol")
@@ -515,6 +523,34 @@ def evaluate_files(
         result.problems.insert(0, f"{unknown.len()} item_id(s) in {scores_path} are not in {human_path}, ignored (e.g. {unknown[0]!r})")
     if unscored.len():
         result.problems.insert(0, f"{unscored.len()} item(s) in {human_path} have no row in {scores_path} (e.g. {unscored[0]!r})")
+    return result
+
+
+def evaluate_released(
+    source: str,
+    scores_path: str,
+    human_path: str | None = None,
+    *,
+    reader_options: dict | None = None,
+    no_questions: str | None = None,
+    target: str | None = None,
+    **options,
+) -> MetaEvalResult:
+    """`evaluate` on released files of `source` (see `pipeline.released`) with its protocol.
+
+    `reader_options` go to the reader (e.g. answer_rule, split for DSG; skills for
+    GenAI-Bench); `no_questions` overrides the source protocol's policy; `target` defaults to
+    the source's headline metric. The reader's problems come first in `problems`.
+    """
+    from pipeline.released import load
+
+    released = load(source, scores_path, human_path, **(reader_options or {}))
+    protocol = released.protocol
+    if no_questions is not None:
+        protocol = dataclasses.replace(protocol, no_questions=no_questions)
+    chosen = target or released.target or "depict"
+    result = evaluate(released.scores, released.items, protocol, target=chosen, benchmark=released.benchmark, **options)
+    result.problems[:0] = released.problems
     return result
 
 

@@ -17,6 +17,7 @@ class Released:
     protocol: ProtocolSpec  # the source's own evaluation protocol (its published choices)
     benchmark: str
     problems: list[str] = field(default_factory=list)
+    target: str | None = None  # the metric deltas are computed for, unless the caller names one
 
 
 def read_text_csv(path: str, required: tuple[str, ...], *, what: str) -> pl.DataFrame:

@@ -143,4 +143,4 @@ def load(answers: str, human: str | None, *, split: str | None = "tifa160", answ
     unknown = rows.filter(~pl.col("item_id").is_in(items["item_id"].implode()))["item_id"].unique().sort()
     if unknown.len():
         problems.append(f"{answers}: {unknown.len()} image(s) not in {human}, ignored (e.g. {unknown[0]!r})")
-    return Released(scores, items, PROTOCOL, "tifa160", problems + human_problems)
+    return Released(scores, items, PROTOCOL, "tifa160", problems + human_problems, target="dsg")
