@@ -279,3 +279,65 @@ def test_cli(tmp_path):
     assert set(table["metric"]) == {"depict", "vqascore"}
     usage = subprocess.run([sys.executable, str(REPO / "jobs" / "metaeval.py"), "scores=x"], capture_output=True, text=True, check=False)
     assert usage.returncode == 2 and "kind" in usage.stderr
+
+
+def test_kendall_and_pearson_rows_with_group_intervals():
+    from scipy import stats
+
+    from pipeline.stats import bootstrap
+
+    items, scores = _correlation_data()
+    result = evaluate(scores, items, ProtocolSpec(kind="correlation"), n_resamples=200)
+    human, dsg = items["human"].to_numpy(), scores["dsg"].to_numpy()  # rounded scores: ties
+    groups, n_groups = bootstrap.group_codes(items["group_id"].to_numpy())
+    for name, reference, build in (
+        ("kendall", stats.kendalltau(dsg, human).statistic, bootstrap.kendall_statistic),
+        ("pearson", stats.pearsonr(dsg, human).statistic, bootstrap.pearson_statistic),
+    ):
+        row = _value(result.statistics, "dsg", name)
+        assert row["value"] == pytest.approx(reference, abs=1e-12)
+        interval = bootstrap.group_interval(build(dsg, human, groups), n_groups, n_resamples=200, seed=0)
+        assert (row["ci_low"], row["ci_high"]) == (interval.low, interval.high)
+    assert {"kendall", "pearson"} <= set(result.statistics["statistic"])
+
+
+def test_kendall_as_primary_statistic_gives_a_paired_delta():
+    items, scores = _correlation_data()
+    protocol = ProtocolSpec(kind="correlation", statistics=["kendall"], primary_statistic="kendall")
+    result = evaluate(scores, items, protocol, n_resamples=200)
+    delta = result.deltas.filter(pl.col("subset") == "all").row(0, named=True)
+    assert delta["statistic"] == "kendall" and delta["ci_low"] < delta["delta"] < delta["ci_high"]
+
+
+def test_winoground_delta_is_a_mean_of_per_group_differences():
+    from scipy import stats
+
+    from pipeline.stats import choice
+
+    items, scores = _winoground_data()
+    result = evaluate(scores, items, ProtocolSpec(kind="winoground"), n_resamples=300, benchmark="winoground")
+    delta = result.deltas.row(0, named=True)
+    frame = items.join(scores.unpivot(index="item_id", variable_name="metric", value_name="score"), on="item_id")
+    a = choice.winoground(frame.filter(pl.col("metric") == "depict")).group
+    b = choice.winoground(frame.filter(pl.col("metric") == "vqascore")).group
+    assert delta["delta"] == float(np.mean(a - b))  # exact, not mean(a) - mean(b)
+    reference = stats.bootstrap((a - b,), np.mean, n_resamples=300, batch=100, method="BCa", rng=np.random.default_rng(0))
+    assert delta["ci_low"] == pytest.approx(reference.confidence_interval.low, abs=1e-9)
+    assert delta["ci_high"] == pytest.approx(reference.confidence_interval.high, abs=1e-9)
+
+
+@pytest.mark.parametrize("policy, n, phrase", [("exclude", 238, "excluded"), ("zero", 240, "scored 0")])
+def test_no_question_policy_is_applied_and_recorded(policy, n, phrase):
+    items, scores = _correlation_data()
+    long = scores.unpivot(index="item_id", variable_name="metric", value_name="score").with_columns(note=pl.lit(None, dtype=pl.String))
+    no_questions = (pl.col("metric") == "dsg") & pl.col("item_id").is_in(["genai_bench/00003", "genai_bench/00007"])
+    long = long.with_columns(
+        score=pl.when(no_questions).then(None).otherwise(pl.col("score")),
+        note=pl.when(no_questions).then(pl.lit("no_questions")).otherwise(pl.col("note")),
+    )
+    result = evaluate(long, items, ProtocolSpec(kind="correlation", no_questions=policy), n_resamples=0)
+    row = _value(result.statistics, "dsg", "srcc")
+    assert row["n"] == n and f"2 item(s) without questions {phrase} (no_questions={policy})" in row["note"]
+    assert _value(result.statistics, "depict", "srcc")["note"] is None
+    with pytest.raises(ValueError, match="no_questions must be one of"):
+        evaluate(long, items, ProtocolSpec(kind="correlation", no_questions="drop"), n_resamples=0)
