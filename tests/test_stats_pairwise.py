@@ -127,3 +127,40 @@ def test_bad_input():
         pairwise_accuracy([1, 2, np.nan], [1, 2, 3])
     with pytest.raises(ValueError, match="at least 3"):
         pairwise_accuracy([1, 2], [1, 2])
+
+
+@pytest.mark.parametrize("kind", ["continuous", "rounded", "three_values", "tiny_steps", "outlier"])
+def test_branch_and_bound_splits_and_enumerates_exactly(kind, monkeypatch):
+    # Tiny enumeration budget and grid: the search must split intervals between distinct
+    # |dm| values many times and still land on the reference's eps and value.
+    from pipeline.stats import pairwise
+
+    monkeypatch.setattr(pairwise, "_ENUMERATE", 150)
+    monkeypatch.setattr(pairwise, "_GRID", 3)
+    monkeypatch.setattr(pairwise, "_SAMPLE", 40)
+    r = np.random.default_rng(len(kind))
+    for n in (7, 60, 240):
+        human = r.integers(1, 5, n).astype(float)
+        metric = {
+            "continuous": human + r.normal(0, 1, n),
+            "rounded": np.round(human + r.normal(0, 1, n), 1),
+            "three_values": r.integers(0, 3, n).astype(float),
+            "tiny_steps": np.round(r.random(n) * 1e-3 + human * 0.1, 7),
+            "outlier": r.choice([0.1, 0.2, 0.3, 0.7, 1e9], n),
+        }[kind]
+        result = pairwise_accuracy(metric, human)
+        value, eps = sorted_pairs_reference(metric, human)
+        assert result.value == pytest.approx(value, abs=1e-12) and result.epsilon == eps, n
+
+
+def test_fixed_epsilon_counts_match_the_reference_loop():
+    r = np.random.default_rng(4)
+    human = r.integers(1, 4, 200).astype(float)
+    metric = np.round(human + r.normal(0, 1, 200), 1)
+    i, j = np.triu_indices(200, 1)
+    dm, dh = np.abs(metric[j] - metric[i]), human[j] - human[i]
+    same_sign = np.sign(metric[j] - metric[i]) == np.sign(dh)
+    for eps in (0.0, 0.1, 0.35, 5.0):
+        result = pairwise_accuracy(metric, human, epsilon=eps)
+        assert result.ties_both == int(np.sum((dm <= eps) & (dh == 0)))
+        assert result.concordant == int(np.sum((dm > eps) & (dh != 0) & same_sign))

@@ -69,3 +69,43 @@ class QuadrantCounts:
             np.cumsum(ordered[:, permutation], axis=1, out=running[:, 1:])
             total[:, chosen] += running[:, end] - running[:, index]
         return total[:, self.inverse]
+
+
+class PrefixCounts:
+    """For a fixed sequence of integer codes: how many of its first t entries exceed q.
+
+    The same merge-sort tree as `QuadrantCounts`, built once for the sequence and asked with
+    new (t, q) queries each time (pairwise accuracy asks once per candidate epsilon).
+    """
+
+    def __init__(self, codes: np.ndarray):
+        codes = np.asarray(codes, dtype=np.int64)
+        self.n = codes.size
+        self.low = int(codes.min(initial=0)) - 1
+        self.span = int(codes.max(initial=0)) - self.low + 2
+        sequence = codes - self.low  # >= 1
+        position = np.arange(self.n)
+        self.keys = []
+        level = 0
+        while (1 << level) <= self.n:
+            block = position >> level
+            permutation = np.lexsort((sequence, block))
+            self.keys.append(block[permutation] * self.span + sequence[permutation])
+            level += 1
+
+    def greater(self, prefix: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """#{j < prefix: codes_j > q} per query (q is clipped into the codes' range)."""
+        prefix = np.asarray(prefix, dtype=np.int64)
+        shifted = np.clip(np.asarray(q, dtype=np.int64) - self.low, 0, self.span - 1)
+        order = np.lexsort((shifted, prefix))  # sorted needles: faster binary searches
+        prefix, shifted = prefix[order], shifted[order]
+        total = np.zeros(prefix.size, dtype=np.int64)
+        for level, keys in enumerate(self.keys):
+            chosen = np.flatnonzero((prefix >> level) & 1)
+            if chosen.size:
+                block = (prefix[chosen] >> (level + 1)) << 1
+                index = np.searchsorted(keys, block * self.span + shifted[chosen], side="right")
+                total[chosen] += (block + 1) * (1 << level) - index
+        result = np.empty_like(total)
+        result[order] = total
+        return result

@@ -6,15 +6,17 @@ among 0 and every distinct |dm| to maximise accuracy, the smallest eps at the ma
 This matches `tau_optimization(..., TauSufficientStats.acc_23)` in
 google-research/mt-metrics-eval for one row of scores ("no grouping").
 
-Why it is exact and fast. Raising eps only changes a pair once, when eps reaches its |dm|:
-a human-tied pair starts to count (+1) and a concordant pair stops counting (-1).
-So accuracy(eps) * n_pairs = concordant_total + (sum of those +1/-1 over pairs with
-|dm| <= eps), a running sum over pairs sorted by |dm|. Sorting all 46M pairs of 9,600
-items would be slow, so we (1) histogram the +1/-1 steps into value bins in one vectorised
-pass over blocks of pairs, (2) bound the best running sum reachable inside each bin, and
-(3) sort exactly only the pairs in bins that could hold the maximum (usually a handful).
-Items are sorted by metric first, so within a block every dm is >= 0 and a block's range
-of dm is known without computing it, which lets the second pass skip most blocks.
+Why it is exact without visiting every pair. With items sorted by metric, the pairs with
+|dm| <= eps are, for each item i, a window of the items after it. For one eps the two
+counts that matter are then per-item window counts: human-tied pairs (binary searches among
+the items of the same human value) and concordant pairs (a prefix-dominance count,
+`dominance.PrefixCounts`), O(N log^2 N) per eps instead of O(N^2). Correct pairs at eps are
+concordant_total - concordant(|dm| <= eps) + tied_in_both(|dm| <= eps); over an eps
+interval (lo, hi] they can never exceed correct(lo) + ties(hi) - ties(lo). So a branch and
+bound over eps intervals evaluates a few dozen eps values, discards every interval that
+cannot reach the best value found, splits the others between distinct |dm| values, and
+enumerates exactly the pairs of intervals small enough (a few million pairs), sorted by
+|dm|. The result is the same eps and counts as sorting all N^2/2 pairs.
 """
 from __future__ import annotations
 
@@ -23,10 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.stats.correlation import check_pair
-
-_HUMAN_TIE, _CONCORDANT, _OTHER = 0, 1, 2
-_BLOCK = 1024
-_BINS = 1 << 16
+from pipeline.stats.dominance import PrefixCounts
 
 
 @dataclass(frozen=True)
@@ -49,125 +48,152 @@ def pairwise_accuracy(metric, human, *, epsilon: float | None = None) -> Pairwis
     """
     metric, human = check_pair(metric, human)
     order = np.argsort(metric, kind="stable")
-    pairs = _SortedPairs(metric[order], human[order])
+    windows = _Windows(metric[order], human[order])
     n_pairs = metric.size * (metric.size - 1) // 2
     if epsilon is None:
-        epsilon, concordant, ties_both = pairs.calibrate()
+        epsilon, concordant, ties_both = windows.calibrate()
     elif not np.isfinite(epsilon) or epsilon < 0:
         raise ValueError(f"epsilon must be a finite number >= 0, got {epsilon}")
     else:
-        concordant, ties_both = pairs.counts_at(float(epsilon))
+        at = windows.at(float(epsilon))
+        concordant, ties_both = windows.concordant_total - at.losses, at.ties
     return PairwiseAccuracy(
-        (concordant + ties_both) / n_pairs, float(epsilon), metric.size, n_pairs, concordant, ties_both
+        (concordant + ties_both) / n_pairs, float(epsilon), metric.size, n_pairs, int(concordant), int(ties_both)
     )
 
 
-class _SortedPairs:
-    """All pairs i < j of items sorted by metric, visited block by block (dm >= 0 everywhere)."""
+@dataclass(frozen=True)
+class _At:
+    """Counts over the pairs with dm <= eps (items sorted by metric, dm >= 0)."""
+
+    eps: float
+    upper: np.ndarray  # per item i: the first j with m_j - m_i > eps
+    ties: int  # human-tied pairs (they count as correct)
+    losses: int  # concordant pairs with 0 < dm (they stop counting)
+    pairs: int
+
+
+class _Windows:
+    """Per-eps counts in O(N log^2 N), and the branch and bound over eps (module doc)."""
 
     def __init__(self, metric: np.ndarray, human: np.ndarray):
-        self.metric, self.human = metric, human
-        n = metric.size
-        self.starts = list(range(0, n, _BLOCK))
-        span = float(metric[-1] - metric[0])
-        self.scale = _BINS / span if span > 0 else 0.0
+        self.m, self.h = metric, human
+        n = self.n = metric.size
+        _, codes = np.unique(human, return_inverse=True)
+        self.codes = codes.astype(np.int64)
+        self.position = np.arange(n)
+        self.by_human = np.sort(self.codes * (n + 1) + self.position)  # (human value, position) order
+        self.prefix = PrefixCounts(self.codes)
+        self.greater_before = self.prefix.greater(self.position + 1, self.codes)  # j <= i with h_j > h_i
+        self.above_at_zero = self._above(self.upper(0.0))  # dm == 0 pairs: never concordant
+        self.everything = self.at(np.inf)
+        self.concordant_total = self.everything.losses
 
-    def blocks(self, keep=None):
-        """Yield (dm, dh) for every pair once; `keep(dm_low, dm_high)` may skip a block."""
-        m, h, n = self.metric, self.human, self.metric.size
-        for a in self.starts:
-            rows = slice(a, min(a + _BLOCK, n))
-            for b in self.starts[self.starts.index(a):]:
-                cols = slice(b, min(b + _BLOCK, n))
-                if keep is not None:
-                    low = max(m[b] - m[rows.stop - 1], 0.0)  # smallest possible dm in the block
-                    if not keep(low, m[cols.stop - 1] - m[a]):
-                        continue
-                dm = m[cols][None, :] - m[rows][:, None]
-                dh = h[cols][None, :] - h[rows][:, None]
-                if a == b:  # diagonal block: the pairs above the diagonal only
-                    upper = np.triu_indices(dm.shape[0], 1)
-                    yield dm[upper], dh[upper]
-                else:
-                    yield dm.ravel(), dh.ravel()
+    def upper(self, eps: float) -> np.ndarray:
+        """First j with m_j - m_i > eps, comparing the rounded difference like a pair loop does."""
+        m, n = self.m, self.n
+        if eps == np.inf:
+            return np.full(n, n)
+        upper = np.searchsorted(m, m + eps, side="right")
+        for _ in range(64):  # m + eps and m_j - m_i round differently only near the boundary
+            inside = np.flatnonzero(upper < n)
+            grow = inside[m[upper[inside]] - m[inside] <= eps]
+            shrink = np.flatnonzero((upper > 0) & (m[np.maximum(upper - 1, 0)] - m > eps))
+            if not grow.size and not shrink.size:
+                return upper
+            upper[grow] = np.searchsorted(m, m[upper[grow]], side="right")  # past that whole value
+            upper[shrink] = np.searchsorted(m, m[upper[shrink] - 1], side="left")
+        raise RuntimeError("pairwise accuracy: window bounds did not settle")
 
-    def bin_of(self, dm):
-        """Monotone bin index: 0 for dm == 0 exactly, then _BINS equal-width bins."""
-        inner = np.minimum((np.asarray(dm) * self.scale).astype(np.int64), _BINS - 1) + 1
-        return np.where(np.asarray(dm) == 0, 0, inner)
+    def _above(self, upper: np.ndarray) -> int:
+        """Pairs i < j < upper_i with h_j > h_i."""
+        return int((self.prefix.greater(upper, self.codes) - self.greater_before).sum())
 
-    @staticmethod
-    def kind(dm, dh):
-        return np.where(dh == 0, _HUMAN_TIE, np.where((dh > 0) & (dm > 0), _CONCORDANT, _OTHER))
+    def at(self, eps: float) -> _At:
+        upper = self.upper(eps)
+        key = self.codes * (self.n + 1)
+        ties = np.searchsorted(self.by_human, key + upper - 1, side="right") - np.searchsorted(self.by_human, key + self.position, side="right")
+        losses = self._above(upper) - self.above_at_zero
+        return _At(eps, upper, int(ties.sum()), losses, int((upper - self.position - 1).sum()))
 
-    def counts_at(self, epsilon: float) -> tuple[int, int]:
-        concordant = ties_both = 0
-        for dm, dh in self.blocks():
-            tied = dm <= epsilon
-            ties_both += int(np.count_nonzero(tied & (dh == 0)))
-            concordant += int(np.count_nonzero(~tied & (dh > 0)))
-        return concordant, ties_both
+    def value(self, at: _At) -> int:
+        return self.concordant_total - at.losses + at.ties
 
     def calibrate(self) -> tuple[float, int, int]:
         """The smallest eps with the most correct pairs, and (concordant, ties_both) there."""
-        # Pass 1: per bin, how many human-tied (+1) and concordant (-1) pairs it holds.
-        counts = np.zeros((_BINS + 1) * 3, dtype=np.int64)
-        for dm, dh in self.blocks():
-            counts += np.bincount(self.bin_of(dm) * 3 + self.kind(dm, dh), minlength=counts.size)
-        counts = counts.reshape(-1, 3)
-        gain, loss = counts[:, _HUMAN_TIE], counts[:, _CONCORDANT]
-        concordant_total = int(loss.sum())  # with eps = 0; loss[0] is 0 as dm = 0 is never concordant
-        gain_before = np.concatenate([[0], np.cumsum(gain)[:-1]])
-        loss_before = np.concatenate([[0], np.cumsum(loss)[:-1]])
-        before = concordant_total + gain_before - loss_before  # correct pairs just below each bin
-        at_end = before + gain - loss  # ... and with eps at the end of each bin
-        # Every bin end is a reachable eps (or has the value of an earlier one), so the best
-        # bin end is a lower bound; a bin can beat it only if all its gains come first.
-        candidate = (before + gain >= at_end.max()) & (gain > 0)
-        candidate[0] = False  # eps = 0 is exact already: at_end[0]
-        if not candidate.any():
-            return 0.0, concordant_total, int(gain[0])
+        zero = self.at(0.0)
+        if zero.pairs == self.n * (self.n - 1) // 2:  # every pair has dm == 0
+            return 0.0, self.concordant_total, zero.ties
+        points = [zero] + [self.at(e) for e in self._grid()] + [self.everything]
+        candidates = {0.0: self.value(zero)}
+        for point in points[1:]:
+            candidates[self._largest_dm(point)] = self.value(point)
+        best_value = max(candidates.values())
+        intervals = [(lo, hi) for lo, hi in zip(points[:-1], points[1:]) if hi.pairs > lo.pairs]
+        while intervals:
+            lo, hi = intervals.pop()
+            if hi.pairs == lo.pairs:
+                continue  # no pair difference in (lo, hi]: nothing new
+            if self.value(lo) + (hi.ties - lo.ties) < best_value:
+                continue  # no eps in (lo, hi] can reach the best value
+            if hi.pairs - lo.pairs <= _ENUMERATE:
+                for eps, value in self._exact(lo, hi):
+                    candidates[eps] = value
+                best_value = max(best_value, *candidates.values())
+                continue
+            first, last = self._smallest_dm_above(lo), self._largest_dm(hi)
+            if first >= last:  # a single distinct dm in the interval: its value is hi's
+                candidates[last] = self.value(hi)
+                best_value = max(best_value, candidates[last])
+                continue
+            split = first + (last - first) / 2
+            if not first <= split < last:  # adjacent floats: split right after the first value
+                split = first
+            middle = self.at(split)
+            candidates[self._largest_dm(middle)] = self.value(middle)
+            best_value = max(best_value, candidates[self._largest_dm(middle)])
+            intervals += [(lo, middle), (middle, hi)]
+        best_eps = min(eps for eps, value in candidates.items() if value == best_value)
+        final = self.at(best_eps)
+        return float(best_eps), int(self.concordant_total - final.losses), int(final.ties)
 
-        # Pass 2: the exact running count inside the candidate bins only, by distinct |dm|.
-        dm, gains, losses = self._steps_in(candidate)
-        bins = self.bin_of(dm)
-        start = np.searchsorted(bins, bins, side="left")  # first distinct value of each bin
-        ties = gain_before[bins] + _cumsum_from(gains, start)
-        lost = loss_before[bins] + _cumsum_from(losses, start)
-        value = ties + concordant_total - lost
-        best = int(np.argmax(value))  # first maximum: the smallest eps
-        if at_end[0] >= value[best]:
-            return 0.0, concordant_total, int(gain[0])
-        return float(dm[best]), int(concordant_total - lost[best]), int(ties[best])
+    def _grid(self) -> list[float]:
+        """Starting eps values: quantiles of |dm| over a fixed random sample of pairs."""
+        rng = np.random.default_rng(0)
+        i = rng.integers(0, self.n, _SAMPLE)
+        j = rng.integers(0, self.n, _SAMPLE)
+        dm = np.abs(self.m[j] - self.m[i])
+        dm = dm[dm > 0]
+        if not dm.size:
+            return []
+        return sorted(set(np.quantile(dm, np.linspace(0, 1, _GRID + 1)[1:-1]).tolist()))
 
-    def _steps_in(self, candidate: np.ndarray):
-        """Distinct dm (sorted) in the candidate bins, with their human-tied and concordant counts."""
-        prefix = np.concatenate([[0], np.cumsum(candidate)])
-        first, last = np.flatnonzero(candidate)[[0, -1]]
+    def _largest_dm(self, at: _At) -> float:
+        """The largest pair difference <= at.eps (0.0 if none is positive)."""
+        has = np.flatnonzero(at.upper - 1 > self.position)
+        if not has.size:
+            return 0.0
+        return float(np.max(self.m[at.upper[has] - 1] - self.m[has]))
 
-        def keep(low, high):
-            lo, hi = self.bin_of([low, high])
-            return lo <= last and hi >= first and prefix[hi + 1] > prefix[lo]
+    def _smallest_dm_above(self, at: _At) -> float:
+        has = np.flatnonzero(at.upper < self.n)
+        return float(np.min(self.m[at.upper[has]] - self.m[has])) if has.size else np.inf
 
-        values, gains, losses = [], [], []
-        for dm, dh in self.blocks(keep):
-            chosen = np.flatnonzero(candidate[self.bin_of(dm)])
-            dm, dh = dm[chosen], dh[chosen]
-            if dm.size and dm[0] == dm.min() == dm.max():  # common with discrete metrics: skip a sort
-                values.append(dm[:1])
-                gains.append([np.count_nonzero(dh == 0)])
-                losses.append([np.count_nonzero(dh > 0)])
-            else:
-                values.append(dm)
-                gains.append(dh == 0)
-                losses.append(dh > 0)
-        dm, where = np.unique(np.concatenate(values), return_inverse=True)
-        gains = np.bincount(where, weights=np.concatenate(gains), minlength=dm.size).astype(np.int64)
-        losses = np.bincount(where, weights=np.concatenate(losses), minlength=dm.size).astype(np.int64)
-        return dm, gains, losses
+    def _exact(self, lo: _At, hi: _At):
+        """(eps, correct pairs) at every distinct dm in (lo.eps, hi.eps], by listing those pairs."""
+        counts = hi.upper - lo.upper
+        first = np.repeat(self.position, counts)
+        offset = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+        second = np.repeat(lo.upper, counts) + offset
+        dm = self.m[second] - self.m[first]
+        dh = self.h[second] - self.h[first]
+        values, where = np.unique(dm, return_inverse=True)
+        gains = np.cumsum(np.bincount(where, weights=(dh == 0), minlength=values.size))
+        losses = np.cumsum(np.bincount(where, weights=(dh > 0) & (dm > 0), minlength=values.size))
+        base = self.value(lo)
+        return [(float(v), int(round(base + g - c))) for v, g, c in zip(values, gains, losses)]
 
 
-def _cumsum_from(counts: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """Running sum of `counts` restarted at each `start` index (the first element of a run)."""
-    total = np.cumsum(counts)
-    return total - np.where(start > 0, total[start - 1], 0)
+_ENUMERATE = 4_000_000  # pairs listed exactly at once (a few 100 MB of temporaries at most)
+_SAMPLE = 200_000  # random pairs whose |dm| quantiles seed the search
+_GRID = 32
