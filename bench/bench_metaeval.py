@@ -1,6 +1,6 @@
 """Meta-evaluation wall time at 10k and 100k items (prints numbers; not a test).
 
-    python bench/bench_metaeval.py [--sizes 10000 100000] [--metrics 3] [--resamples 2000]
+    python bench/bench_metaeval.py [--sizes 10000 100000] [--metrics 3] [--resamples 2000] [--statistics srcc plcc]
 
 Synthetic correlation benchmark shaped like GenAI-Bench (prompts of 6 images, human = mean
 of three 1-5 ratings, many ties), `--metrics` metrics of varying noise (one rounded, so
@@ -48,8 +48,11 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--metrics", type=int, default=3)
     parser.add_argument("--resamples", type=int, default=2000)
+    parser.add_argument("--statistics", nargs="+", default=None, help="default: the protocol's correlation statistics")
     args = parser.parse_args()
     protocol = ProtocolSpec(kind="correlation")
+    if args.statistics:
+        protocol = ProtocolSpec(kind="correlation", statistics=args.statistics, primary_statistic=args.statistics[0])
     for size in args.sizes:
         items, scores = synthetic(size, args.metrics)
         start = time.perf_counter()

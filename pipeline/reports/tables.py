@@ -83,7 +83,7 @@ STATISTIC_LABELS = {
     "accuracy": "Acc.",
 }
 COMPARISON_STATISTICS = {
-    "correlation": ("srcc",),
+    "correlation": ("srcc", "kendall", "pearson"),  # Kendall / Pearson columns only where the run has them
     "winoground": ("text_acc", "image_acc", "group_acc"),
     "multiple_choice": ("accuracy",),
 }
@@ -226,6 +226,9 @@ class _Statistics:
         self.deltas = {(r["benchmark"], r["backbone"], r["subset"]): r for r in run.deltas.iter_rows(named=True)}
         self.present = {(benchmark, backbone, subset) for benchmark, backbone, _, subset, _ in self.values}
 
+    def statistics_of(self, benchmark: str) -> set[str]:
+        return {statistic for b, _, _, _, statistic in self.values if b == benchmark}
+
     def cell(self, benchmark: str, backbone: str, metric: str, statistic: str, subset: str = "all") -> Cell:
         row = self.values.get((benchmark, backbone, metric, subset, statistic))
         return number(row["value"], row["ci_low"], row["ci_high"]) if row else Cell()
@@ -293,6 +296,7 @@ def comparison_tables(run: Run) -> list[Table]:
             Column(f"{b}:{s}", statistic_label(s), group=benchmark_label(b)): (b, s)
             for b, info in run.benchmarks.items()
             for s in COMPARISON_STATISTICS[info.kind]
+            if s == COMPARISON_STATISTICS[info.kind][0] or s in stats.statistics_of(b)
         }
         columns = list(where)
         present = {k[2] for k in stats.values if k[1] == backbone}

@@ -15,7 +15,7 @@ concordant_total - concordant(|dm| <= eps) + tied_in_both(|dm| <= eps); over an 
 interval (lo, hi] they can never exceed correct(lo) + ties(hi) - ties(lo). So a branch and
 bound over eps intervals evaluates a few dozen eps values, discards every interval that
 cannot reach the best value found, splits the others between distinct |dm| values, and
-enumerates exactly the pairs of intervals small enough (a few million pairs), sorted by
+enumerates exactly the pairs of intervals small enough (tens of thousands of pairs), sorted by
 |dm|. The result is the same eps and counts as sorting all N^2/2 pairs.
 """
 from __future__ import annotations
@@ -194,6 +194,6 @@ class _Windows:
         return [(float(v), int(round(base + g - c))) for v, g, c in zip(values, gains, losses)]
 
 
-_ENUMERATE = 4_000_000  # pairs listed exactly at once (a few 100 MB of temporaries at most)
+_ENUMERATE = 50_000  # pairs listed exactly at once: below this, listing beats splitting further
 _SAMPLE = 200_000  # random pairs whose |dm| quantiles seed the search
 _GRID = 32
