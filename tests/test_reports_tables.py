@@ -475,3 +475,17 @@ def test_marks_compare_displayed_values():
     T.mark_best(cells, T.Column("x", "x", digits=3))
     assert [marks(c) for c in cells] == ["bold", "bold", "underline"]
     assert T.number(float("nan")).missing and T.number(0.1, float("nan"), 0.2).ci is None
+
+
+def test_comparison_table_lists_kendall_and_pearson_when_the_run_has_them(tmp_path):
+    write_synthetic_run(tmp_path)
+    statistics = pl.read_parquet(tmp_path / "statistics.parquet")
+    extra = statistics.filter((pl.col("benchmark") == "genai") & (pl.col("statistic") == "srcc")).with_columns(
+        statistic=pl.lit("kendall"), value=pl.col("value") * 0.8
+    )
+    pl.concat([statistics, extra]).write_parquet(tmp_path / "statistics.parquet")
+    table = {t.name: t for t in T.comparison_tables(open_run(str(tmp_path)))}["comparison_qwen3_5-27b"]
+    assert [c.key for c in table.columns][:2] == ["genai:srcc", "genai:kendall"]
+    assert "genai:pearson" not in [c.key for c in table.columns]  # not in this run: no empty column
+    assert T.statistic_label("kendall") == "Kendall tau-b" and T.statistic_label("pearson") == "Pearson"
+    assert table.cell("DEPICT", "genai:kendall").value == pytest.approx(0.720 * 0.8)
