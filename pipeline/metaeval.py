@@ -222,6 +222,7 @@ class _Correlation:
         usable = usable.filter(pl.col("human").is_not_null() & pl.col("human").is_not_nan())
         self.dropped = frame.height - usable.height
         self.frame = usable.sort("item_id")
+        self.group_statistics: dict[str, bootstrap.Statistic] = {}  # reused by `paired` (same resamples)
 
     def measure(self, statistic: str, n_resamples: int, seed: int) -> _Value:
         metric, human = self.frame["score"].to_numpy(), self.frame["human"].to_numpy()
@@ -238,6 +239,7 @@ class _Correlation:
                     groups, n_groups = bootstrap.group_codes(self.frame["group_id"].to_numpy())
                     if n_groups >= 2:
                         stat = group_statistic(metric, human, groups)
+                        self.group_statistics[statistic] = stat
                         interval = bootstrap.group_interval(stat, n_groups, n_resamples=n_resamples, seed=seed)
                 return _Value(result.value, n, result.note, interval)
             if statistic == "plcc":
@@ -256,7 +258,14 @@ class _Correlation:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateInputWarning)
             if statistic in _RANKED:
-                stat_a, stat_b = (_RANKED[statistic][1](x, human, groups) for x in (a, b))
+                same_items = all(
+                    m.frame.height == both.height and m.frame["item_id"].equals(both["item_id"]) and statistic in m.group_statistics
+                    for m in (self, other)
+                )
+                if same_items:  # the single intervals' statistics: their resamples are reused
+                    stat_a, stat_b = self.group_statistics[statistic], other.group_statistics[statistic]
+                else:
+                    stat_a, stat_b = (_RANKED[statistic][1](x, human, groups) for x in (a, b))
             elif statistic == "plcc":
                 stat_a, stat_b = (bootstrap.item_statistic(lambda m, h: plcc(m, h).value, x, human, groups) for x in (a, b))
             else:  # pairwise accuracy: exact but ~1 s per resample at 9,600 items; no interval

@@ -139,3 +139,20 @@ def test_difference_keeps_the_fast_jackknife():
     both = bootstrap.difference(a, b)
     assert both.leave_one_out is not None
     np.testing.assert_allclose(both.jackknife(n_groups), naive_jackknife(both.function, n_groups), atol=1e-9)
+
+
+def test_cached_distributions_give_the_same_paired_interval():
+    # A metric's interval caches its resamples; the paired delta reuses them (no redraw) and
+    # must equal the interval computed from scratch.
+    metric, human, groups = _tied_data(2, n_groups=30)
+    other = np.round(human + np.random.default_rng(2).normal(0, 1, human.size))
+    n_groups = groups.max() + 1
+    a, b = srcc_statistic(metric, human, groups), srcc_statistic(other, human, groups)
+    bootstrap.group_interval(a, n_groups, n_resamples=300, seed=4)
+    bootstrap.group_interval(b, n_groups, n_resamples=300, seed=4)
+    reused = bootstrap.paired_group_interval(a, b, n_groups, n_resamples=300, seed=4)
+    fresh = bootstrap.paired_group_interval(
+        srcc_statistic(metric, human, groups), srcc_statistic(other, human, groups), n_groups, n_resamples=300, seed=4
+    )
+    assert reused == fresh
+    assert (300 and (n_groups, 300, 4)) in a.distributions

@@ -121,7 +121,7 @@ def difference(statistic_a, statistic_b) -> Statistic:
     if a.leave_one_out is not None and b.leave_one_out is not None:
         def shortcut():
             return a.leave_one_out() - b.leave_one_out()
-    return Statistic(lambda counts: a(counts) - b(counts), shortcut)
+    return Statistic(lambda counts: a(counts) - b(counts), shortcut, parts=(a, b))
 
 
 def group_interval(
@@ -171,7 +171,25 @@ def group_interval(
 
 
 def bootstrap_distribution(statistic, n_groups: int, n_resamples: int, seed: int) -> np.ndarray:
-    """The statistic on `n_resamples` group resamples, drawn exactly as scipy.stats.bootstrap does."""
+    """The statistic on `n_resamples` group resamples, drawn exactly as scipy.stats.bootstrap does.
+
+    Cached on the `Statistic`; a difference is the difference of its parts' distributions
+    (the same subtraction, so the same numbers).
+    """
+    statistic = as_statistic(statistic)
+    key = (n_groups, n_resamples, seed)
+    if key in statistic.distributions:
+        return statistic.distributions[key]
+    if statistic.parts is not None:
+        first, second = statistic.parts
+        values = bootstrap_distribution(first, *key) - bootstrap_distribution(second, *key)
+    else:
+        values = _draw(statistic, n_groups, n_resamples, seed)
+    statistic.distributions[key] = values
+    return values
+
+
+def _draw(statistic, n_groups: int, n_resamples: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     values = []
     for start in range(0, n_resamples, _BATCH):

@@ -12,12 +12,22 @@ class Statistic:
     """A statistic of group multiplicities: counts (batch, n_groups) -> values (batch,).
 
     `leave_one_out`, when given, returns the n_groups jackknife values (each group left out
-    once) without recomputing the statistic per group.
+    once) without recomputing the statistic per group. `parts` = (a, b) marks a difference
+    a - b, whose bootstrap distribution is the difference of the parts' (same resamples);
+    `distributions` caches a statistic's bootstrap distribution per (n_groups, n_resamples,
+    seed), so a metric's interval and its paired delta draw and compute each resample once.
     """
 
-    def __init__(self, function: Callable[[np.ndarray], np.ndarray], leave_one_out: Callable[[], np.ndarray] | None = None):
+    def __init__(
+        self,
+        function: Callable[[np.ndarray], np.ndarray],
+        leave_one_out: Callable[[], np.ndarray] | None = None,
+        parts: tuple[Statistic, Statistic] | None = None,
+    ):
         self.function = function
         self.leave_one_out = leave_one_out
+        self.parts = parts
+        self.distributions: dict[tuple[int, int, int], np.ndarray] = {}
 
     def __call__(self, counts: np.ndarray) -> np.ndarray:
         return self.function(counts)
