@@ -165,8 +165,8 @@ class AnswerWorker:
     """Ray actor: one engine per replica; answers a batch and stores it before returning."""
 
     def __init__(self, backbone: BackboneSpec, templates: dict, store_url: str):
-        from pipeline.executor import load_engine  # shared in-process, own engine in a Ray actor
         from operators.images import decode_image, read_image_bytes
+        from pipeline.executor import load_engine  # shared in-process, own engine in a Ray actor
 
         self.backbone = backbone
         self.templates = templates
