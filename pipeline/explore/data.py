@@ -17,6 +17,7 @@ from pipeline.config import join_url
 from pipeline.explain import question_table
 
 CHUNK = 50  # items per detail file
+SET_ORDER = {"depict": 0, "dsg": 1, "claims": 2}  # DEPICT's own questions first
 
 
 @dataclass
@@ -173,7 +174,8 @@ def view_details(run: Run, benchmark: str, backbone: str, images: dict[str, dict
 
 def _questions(recs: pl.DataFrame) -> list[dict]:
     cols = ["question_set", "question_id", "question", "parents", "claim_type", "p_v", "p_t", "commitment", "agreement"]
-    rows = recs.select([c for c in cols if c in recs.columns]).sort("question_set", pl.col("question_id").cast(pl.Int64, strict=False), "question_id")
+    order = pl.col("question_set").replace_strict(SET_ORDER, default=len(SET_ORDER), return_dtype=pl.Int64)
+    rows = recs.select([c for c in cols if c in recs.columns]).sort(order, pl.col("question_id").cast(pl.Int64, strict=False), "question_id")
     return rows.to_dicts()
 
 

@@ -231,15 +231,14 @@
     const box = $("detail");
     box.textContent = "";
     if (!d) { box.appendChild(el("p", { class: "err" }, "no detail for this item")); return; }
-    box.appendChild(figure(d));
-    box.appendChild(el("div", { class: "caption" }, d.caption || ""));
     const human = d.human !== null && d.human !== undefined ? "human " + fmt(d.human) : d.correct !== null && d.correct !== undefined ? (d.correct ? "correct caption" : "wrong caption") : null;
-    box.appendChild(el("div", { class: "meta" }, [d.id, "group " + d.group, human, d.template ? "template " + d.template : null, (d.tags || []).length ? "tags " + d.tags.join(", ") : null].filter(Boolean).join(" · ")));
-
-    box.appendChild(el("h3", {}, "scores"));
     const order = (m) => { const k = state.view.metrics.indexOf(m); return k < 0 ? 1e9 : k; };
     const scores = d.scores.slice().sort((x, y) => order(x.metric) - order(y.metric));
-    box.appendChild(el("table", { class: "scores" }, scores.map((s) => el("tr", {}, el("td", {}, s.metric), el("td", {}, bar("score", s.score)), el("td", { class: "meta" }, s.note || "")))));
+    box.appendChild(el("div", { class: "top" }, figure(d), el("div", { class: "info" },
+      el("div", { class: "caption" }, d.caption || ""),
+      el("div", { class: "meta" }, [d.id, "group " + d.group, human, d.template ? "template " + d.template : null, (d.tags || []).length ? "tags " + d.tags.join(", ") : null].filter(Boolean).join(" · ")),
+      el("h3", {}, "scores"),
+      el("div", { class: "scores" }, scores.map((s) => el("div", { class: "score", title: s.note || "" }, el("span", { class: "metric" }, s.metric), bar("score", s.score), s.note ? el("span", { class: "note" }, s.note) : null))))));
 
     if (d.questions.length) {
       box.appendChild(el("h3", {}, "questions"));
