@@ -60,6 +60,12 @@ def test_a_frame_keeps_its_columns_and_names_missing_ones():
         to_pairs(frame, None, cross=False, image_column="path", caption_column="caption", images_url="/tmp/unused")
 
 
+def test_a_pandas_frame_is_accepted():
+    pd = pytest.importorskip("pandas")
+    pairs = to_pairs(pd.DataFrame({"image": ["a.png", None], "caption": ["x", "y"]}), None, cross=False, image_column="image", caption_column="caption", images_url="/tmp/unused")
+    assert pairs.frame["caption"].to_list() == ["x", "y"] and [e["reason"] for e in pairs.errors] == ["missing_image"]
+
+
 def test_user_questions_from_a_dict_or_a_frame():
     q = user_questions(QUESTIONS)
     assert q.filter(pl.col("caption") == "a red circle")["question_id"].to_list() == ["1", "2"]
@@ -161,9 +167,9 @@ def test_scores_equal_the_sweep_and_the_cache_is_shared_both_ways(ray_session, t
     assert got["item_id"].to_list() == expected["item_id"].to_list()
     assert np.allclose(as_wide(got), as_wide(expected), rtol=0, atol=1e-6)
     # 2. the sweep's store: nothing is asked again, the numbers are the sweep's own
-    shared = Scorer("smoke", metrics=metrics, root=tmp_path / "a")
+    shared = Scorer("smoke", metrics=metrics, root=tmp_path / "a", executor="ray")  # the large-input path
     cached = shared.score(items.select(pl.col("image_uri").alias("image"), "caption"), questions=questions)
-    assert shared.last.sent == 0
+    assert shared.last.executor == "ray" and shared.last.sent == 0
     assert np.array_equal(as_wide(cached), as_wide(expected), equal_nan=True)
     # 3. and a sweep on the API's store sends nothing either
     rerun = run_sweep(load_config([f"root={tmp_path / 'b'}", *common]))
