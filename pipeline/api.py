@@ -132,6 +132,10 @@ class Scorer:
     def store(self) -> str:
         return self.cfg.sweep.store
 
+    def __repr__(self) -> str:
+        b = self.cfg.backbones[self.backbone]
+        return f"Scorer({self.backbone!r}: {b.model_id} on {b.engine}, metrics={self.metrics}, store={self.store!r}, executor={self.executor!r})"
+
     def __call__(self, images: Any = None, texts: Any = None, **kwargs) -> pl.DataFrame | tuple[pl.DataFrame, pl.DataFrame]:
         """`scorer(images=..., texts=...)`: the same as `score`."""
         return self.score(images, texts, **kwargs)
