@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from operators import schema
 from operators.engines.spec import BackboneSpec
 from operators.hashing import keys_digest
+from pipeline import executor
 from pipeline.config import ComputeSpec
 from pipeline.store import Markers, PartStore
 
@@ -134,17 +135,21 @@ def run_engine_stage(
         return report
 
     log.info("%s/%s: %d needed, %d cached, %d to compute", stage, unit, report.needed, report.cached, n_todo)
-    dataset = ray.data.from_arrow(blocks).map_batches(
-        worker_cls,
-        fn_constructor_kwargs=worker_kwargs,
-        batch_size=None,  # one block = one engine call = one stored part
-        batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=pool.size),
-        num_gpus=pool.num_gpus,
-        num_cpus=pool.num_cpus,
-    )
-    # Streaming: parts are written by the actors as batches finish, statuses come back here.
-    statuses = list(dataset.iter_batches(batch_size=None, batch_format="pyarrow"))
+    local = executor.current()
+    if local is not None:  # in-process (pipeline.executor): the same workers and batches, no Ray
+        statuses = local.map_batches(blocks, worker_cls, worker_kwargs)
+    else:
+        dataset = ray.data.from_arrow(blocks).map_batches(
+            worker_cls,
+            fn_constructor_kwargs=worker_kwargs,
+            batch_size=None,  # one block = one engine call = one stored part
+            batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(size=pool.size),
+            num_gpus=pool.num_gpus,
+            num_cpus=pool.num_cpus,
+        )
+        # Streaming: parts are written by the actors as batches finish, statuses come back here.
+        statuses = list(dataset.iter_batches(batch_size=None, batch_format="pyarrow"))
     status = pa.concat_tables(statuses) if statuses else STATUS.empty_table()
     report.sent = status.num_rows
     bad = status.filter(pc.invert(status.column("ok")))
@@ -160,8 +165,8 @@ class AnswerWorker:
     """Ray actor: one engine per replica; answers a batch and stores it before returning."""
 
     def __init__(self, backbone: BackboneSpec, templates: dict, store_url: str):
-        from operators.engines import load_engine
         from operators.images import decode_image, read_image_bytes
+        from pipeline.executor import load_engine  # shared in-process, own engine in a Ray actor
 
         self.backbone = backbone
         self.templates = templates
@@ -181,7 +186,7 @@ class GenerationWorker:
     """Ray actor: greedy generations (questions, DSG graphs, claims) stored raw."""
 
     def __init__(self, backbone: BackboneSpec, templates: dict, store_url: str):
-        from operators.engines import load_engine
+        from pipeline.executor import load_engine  # shared in-process, own engine in a Ray actor
 
         self.backbone = backbone
         self.templates = templates

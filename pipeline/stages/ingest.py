@@ -10,6 +10,7 @@ import pyarrow as pa
 
 from operators import schema
 from operators.ingest import hash_images
+from pipeline import executor
 from pipeline.config import BenchmarkSpec
 from pipeline.stages.engine_stage import StageReport
 
@@ -84,8 +85,12 @@ def hash_item_images(items: pl.DataFrame, rows_per_task: int = 64) -> tuple[pl.D
     report = StageReport(stage="ingest", unit="images", needed=uris.num_rows)
     if uris.num_rows:
         blocks = [uris.slice(i, rows_per_task) for i in range(0, uris.num_rows, rows_per_task)]
-        hashed = ray.data.from_arrow(blocks).map_batches(hash_images, batch_format="pyarrow", batch_size=rows_per_task)
-        table = pl.from_arrow(pa.concat_tables(list(hashed.iter_batches(batch_size=None, batch_format="pyarrow"))))
+        local = executor.current()
+        if local is not None:  # in-process (pipeline.executor): the same function, no Ray
+            table = pl.from_arrow(pa.concat_tables(local.map_batches(blocks, hash_images)))
+        else:
+            hashed = ray.data.from_arrow(blocks).map_batches(hash_images, batch_format="pyarrow", batch_size=rows_per_task)
+            table = pl.from_arrow(pa.concat_tables(list(hashed.iter_batches(batch_size=None, batch_format="pyarrow"))))
     else:
         table = pl.DataFrame(schema={"image_uri": pl.String, "image_hash": pl.String, "error": pl.String})
     report.sent = table.height

@@ -70,8 +70,8 @@ class JudgeWorker:
     """Ray actor: one engine per replica; generates judgements on images and stores them raw."""
 
     def __init__(self, backbone: BackboneSpec, templates: dict, store_url: str, max_new_tokens: int):
-        from operators.engines import load_engine
         from operators.images import decode_image, read_image_bytes
+        from pipeline.executor import load_engine  # shared in-process, own engine in a Ray actor
 
         self.backbone = backbone
         self.templates = templates
