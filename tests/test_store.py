@@ -69,3 +69,62 @@ def test_atomic_single_files_and_markers(tmp_path):
 def test_schema_needs_key():
     with pytest.raises(ValueError):
         PartStore("/tmp/x", pa.schema([("a", pa.int64())]))
+
+
+# -- the store checks itself (issue 12): accidents a user has, and what they cost: nothing --------
+
+
+def test_a_truncated_part_is_quarantined_named_and_its_keys_read_as_missing(tmp_path, caplog):
+    store = PartStore(str(tmp_path), schema.ANSWERS)
+    good = store.write(answers(["a", "b"]))
+    bad = store.write(answers(["c", "d"]))
+    path = bad.removeprefix("file://")
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[: len(data) // 2])  # a copy cut short by a full disk
+    with caplog.at_level("WARNING"):
+        assert store.missing(["a", "b", "c", "d"]).to_pylist() == [False, False, True, True]
+    assert path in caplog.text  # the message names the file
+    assert [q["path"] for q in store.quarantined] == [path]
+    # moved aside, not deleted, and no longer read
+    moved = list((tmp_path / "_quarantine").iterdir())
+    assert len(moved) == 1 and moved[0].read_bytes() == data[: len(data) // 2]
+    assert store.part_paths() == [good.removeprefix("file://")]
+    # what is lost: nothing. the keys are written again under the same name
+    assert store.write(answers(["c", "d"])) == bad
+    assert sorted(store.keys().to_pylist()) == ["a", "b", "c", "d"]
+
+
+def test_a_part_with_the_wrong_columns_is_bad_too(tmp_path):
+    store = PartStore(str(tmp_path), schema.ANSWERS)
+    write_table(str(tmp_path / "part-0000.parquet"), pa.table({"key": ["x"], "other": [1]}))
+    store.write(answers(["a"]))
+    assert store.read().column("key").to_pylist() == ["a"]
+    assert "logp_yes" in store.quarantined[0]["reason"] or "backbone" in store.quarantined[0]["reason"]
+
+
+def test_writing_over_a_bad_part_of_the_same_name_replaces_it(tmp_path):
+    store = PartStore(str(tmp_path), schema.ANSWERS)
+    url = store.part_url(["a", "b"])
+    (tmp_path / url.rsplit("/", 1)[1]).write_bytes(b"PAR1 not really")  # a hand copy gone wrong
+    assert store.write(answers(["a", "b"], value=2.0)) == url
+    assert store.read().column("logp_yes").to_pylist() == [2.0, 2.0]
+    assert not store.quarantined  # replaced in place, nothing moved
+
+
+def test_a_part_that_vanishes_while_reading_counts_as_missing(tmp_path, monkeypatch):
+    store = PartStore(str(tmp_path), schema.ANSWERS)
+    store.write(answers(["a"]))
+    gone = store.write(answers(["b"]))
+    paths = store.part_paths()
+    monkeypatch.setattr(store, "part_paths", lambda: paths)  # listed, then collected by another process
+    os.remove(gone.removeprefix("file://"))
+    assert store.missing(["a", "b"]).to_pylist() == [False, True]
+    assert not store.quarantined
+
+
+def test_markers_can_be_cleared(tmp_path):
+    markers = Markers(str(tmp_path))
+    markers.mark("u", {})
+    markers.clear("u")
+    markers.clear("u")  # twice: harmless
+    assert not markers.done("u")
