@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -206,17 +207,18 @@ def compute_blocks(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool
     """
     import ray
 
-    dataset = ray.data.from_arrow(blocks).map_batches(
-        worker_cls,
-        fn_constructor_kwargs=worker_kwargs,
-        batch_size=None,  # one block = one engine call = one stored part
-        batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=pool.size),
-        num_gpus=pool.num_gpus,
-        num_cpus=pool.num_cpus,
-        max_restarts=MAX_ACTOR_RESTARTS,
-        max_task_retries=0,
-    )
+    with warnings.catch_warnings():  # Ray 2.60 has no named parameter for restarts yet
+        warnings.simplefilter("ignore", DeprecationWarning)
+        dataset = ray.data.from_arrow(blocks).map_batches(
+            worker_cls,
+            fn_constructor_kwargs=worker_kwargs,
+            batch_size=None,  # one block = one engine call = one stored part
+            batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(size=pool.size),
+            num_gpus=pool.num_gpus,
+            num_cpus=pool.num_cpus,
+            ray_remote_args={"max_restarts": MAX_ACTOR_RESTARTS, "max_task_retries": 0},
+        )
     dataset.context.max_errored_blocks = -1  # a failed block is isolated below, not fatal here
     statuses = []
     try:
