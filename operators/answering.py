@@ -76,7 +76,10 @@ def _drop_too_long(engine: Engine, prompts: list, rows: list[dict], errors: list
     measure = getattr(engine, "prompt_lengths", None)
     if not prompts or limit is None or measure is None:
         return prompts, rows
-    lengths = measure(prompts)
+    try:
+        lengths = measure(prompts)
+    except Exception:  # measure one by one; a prompt that cannot be measured goes to the engine,
+        lengths = [_length_or_zero(measure, p) for p in prompts]  # which isolates its failure
     kept_prompts, kept_rows = [], []
     for prompt, row, n in zip(prompts, rows, lengths, strict=True):
         if n > limit:
@@ -85,6 +88,13 @@ def _drop_too_long(engine: Engine, prompts: list, rows: list[dict], errors: list
             kept_prompts.append(prompt)
             kept_rows.append(row)
     return kept_prompts, kept_rows
+
+
+def _length_or_zero(measure: Callable[[list], list[int]], prompt) -> int:
+    try:
+        return measure([prompt])[0]
+    except Exception:
+        return 0
 
 
 def _call_isolated(call: Callable[[list], list], prompts: list, rows: list[dict], errors: list[dict], stage: str, backbone: str):

@@ -128,3 +128,23 @@ def test_markers_can_be_cleared(tmp_path):
     markers.clear("u")
     markers.clear("u")  # twice: harmless
     assert not markers.done("u")
+
+
+def test_on_s3_a_truncated_part_is_quarantined_and_verify_sees_it(moto_s3):
+    from pipeline.store_admin import gc, verify
+
+    moto_s3.mkdir("cache")
+    store = PartStore("s3://cache/store/answers/b", schema.ANSWERS)
+    store.write(answers(["a"]))
+    bad = store.write(answers(["b", "c"]))
+    moto_s3.pipe_file(bad, b"PAR1 cut short")
+    (report,) = verify("s3://cache/store")
+    assert [b["path"] for b in report.bad_parts] == [bad] and report.keys == 1
+    assert store.missing(["a", "b", "c"]).to_pylist() == [False, True, True]
+    assert store.quarantined[0]["moved_to"].startswith("s3://cache/store/answers/b/_quarantine/")
+    store.write(answers(["b", "c"]))
+    (report,) = verify("s3://cache/store")
+    assert report.ok and report.keys == 3 and len(report.quarantined) == 1
+    assert len(gc("s3://cache/store")) == 1
+    (report,) = verify("s3://cache/store")
+    assert not report.quarantined

@@ -164,6 +164,7 @@ def run_and_read(*, columns: list[str] | None = None, **stage_kwargs) -> tuple[p
     for attempt in range(2):
         stored = _needed_rows(store, requests, columns)
         gap = _unaccounted(requests, stored, report)
+        report.quarantined = list(store.quarantined)
         if not gap:
             return stored, report
         if attempt == 0:
@@ -172,7 +173,6 @@ def run_and_read(*, columns: list[str] | None = None, **stage_kwargs) -> tuple[p
             report.sent += again.sent
             report.failed += again.failed
             report.errors = pa.concat_tables([report.errors, again.errors])
-            report.quarantined += again.quarantined
             report.seconds += again.seconds
     raise RuntimeError(f"{report.stage}/{report.unit}: {len(gap)} needed keys are still missing from {store.url} after computing them again, e.g. {sorted(gap)[:3]}")
 
