@@ -15,6 +15,8 @@ from operators.engines.spec import BackboneSpec
 from pipeline.stages.engine_stage import ActorPool, AnswerWorker, GenerationWorker, run_engine_stage
 from pipeline.store import PartStore
 
+pytestmark = pytest.mark.slow  # starts Ray actors and builds the tiny model
+
 TEMPLATES = {"answer_caption": 'Text: "{caption}" Q: {question}', "generate_questions": "Caption: {caption}"}
 
 
@@ -31,8 +33,9 @@ def scripted(**options) -> BackboneSpec:
     return BackboneSpec(name="s", model_id="none", engine="scripted", engine_options=options, batch_size=8)
 
 
-def test_a_request_that_kills_its_worker_is_isolated_to_one_error_row(ray_session, tmp_path):
+def test_a_request_that_kills_its_worker_is_isolated_to_one_error_row(ray_session, tmp_path, caplog):
     """Before: Ray restarted the actor and retried the batch forever (the stage never ended)."""
+    caplog.set_level("INFO", logger="pipeline.stages.engine_stage")
     requests = caption_requests(40, poison=21)
     backbone = scripted(crash_on="POISON", crash_how="kill")  # SIGKILL, as the OOM killer sends
     store = PartStore(str(tmp_path / "answers" / "s"), schema.ANSWERS)
@@ -47,6 +50,10 @@ def test_a_request_that_kills_its_worker_is_isolated_to_one_error_row(ray_sessio
     assert "died" in error["detail"].lower() or "exit" in error["detail"].lower()
     # every other request was answered and stored
     assert sorted(store.keys().to_pylist()) == [f"k{i:03d}" for i in range(40) if i != 21]
+    # the healthy batches went through the actor pool; only those on the dying worker were redone
+    assert "the actor pool stopped" not in caplog.text
+    (lost,) = [r.getMessage() for r in caplog.records if "lost their worker" in r.getMessage()]
+    assert int(lost.split("(")[1].split()[0]) < 40
     # no success marker: the unit did not finish cleanly, so the next run retries the poison request
     assert not list((tmp_path / "answers" / "s" / "_markers").glob("*.json"))
 

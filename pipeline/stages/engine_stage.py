@@ -12,6 +12,7 @@ row instead of restarting the worker forever.
 from __future__ import annotations
 
 import logging
+import math
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -169,7 +170,8 @@ def run_and_read(*, columns: list[str] | None = None, **stage_kwargs) -> tuple[p
             return stored, report
         if attempt == 0:
             log.warning("%s/%s: %d needed keys vanished from %s after the stage; computing them again", report.stage, report.unit, len(gap), store.url)
-            again = run_engine_stage(**stage_kwargs)
+            lost = requests.filter(pc.is_in(requests.column("key"), value_set=pa.array(sorted(gap), pa.string())))
+            again = run_engine_stage(**(stage_kwargs | {"requests": lost}))
             report.sent += again.sent
             report.failed += again.failed
             report.errors = pa.concat_tables([report.errors, again.errors])
@@ -193,8 +195,10 @@ def _unaccounted(requests: pa.Table, stored: pa.Table, report: StageReport) -> s
 # retried on a restarted actor (max_task_retries=0): a batch whose worker died is isolated
 # by `isolate_failures` instead, so one request that kills its worker cannot loop forever.
 MAX_ACTOR_RESTARTS = 4
-# Worker deaths allowed while isolating failed batches; past it the rest are error rows.
-MAX_ISOLATION_DEATHS = 24
+# Poison requests a stage isolates before it gives up on the rest of the failed batches
+# (each costs about log2(rows per batch) + 1 worker deaths); past it they are error rows, so
+# a node where every call dies (a broken GPU) ends the stage instead of bisecting forever.
+MAX_POISON_REQUESTS = 16
 
 
 def compute_blocks(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool: ActorPool, *, stage: str) -> pa.Table:
@@ -217,7 +221,8 @@ def compute_blocks(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool
             compute=ray.data.ActorPoolStrategy(size=pool.size),
             num_gpus=pool.num_gpus,
             num_cpus=pool.num_cpus,
-            ray_remote_args={"max_restarts": MAX_ACTOR_RESTARTS, "max_task_retries": 0},
+            max_restarts=MAX_ACTOR_RESTARTS,  # passed on to the actors (ray_remote_args)
+            max_task_retries=0,
         )
     dataset.context.max_errored_blocks = -1  # a failed block is isolated below, not fatal here
     statuses = []
@@ -251,7 +256,7 @@ class _Host:
         return self.worker(batch)
 
 
-def isolate_failures(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool: ActorPool, *, stage: str, max_deaths: int = MAX_ISOLATION_DEATHS) -> pa.Table:
+def isolate_failures(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool: ActorPool, *, stage: str, max_poison: int = MAX_POISON_REQUESTS) -> pa.Table:
     """Rerun batches whose worker died, halving each that dies again, down to single requests.
 
     A single request that still kills its worker becomes an error row with the reason Ray
@@ -261,6 +266,7 @@ def isolate_failures(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, po
     import ray
     from ray.exceptions import RayActorError
 
+    max_deaths = max_poison * (math.ceil(math.log2(max(b.num_rows for b in blocks))) + 1)
     remote = ray.remote(num_cpus=pool.num_cpus, num_gpus=pool.num_gpus, max_restarts=0, max_task_retries=0)(_Host)
     queue = list(blocks)
     statuses, deaths, actor = [], 0, None
@@ -270,11 +276,7 @@ def isolate_failures(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, po
             statuses.append(_died(block, stage, f"not retried: workers died {deaths} times while isolating failures in this stage"))
             continue
         if actor is None:
-            actor = remote.remote(worker_cls, worker_kwargs)
-            try:
-                ray.get(actor.ready.remote())
-            except RayActorError as exc:
-                raise RuntimeError(f"{stage}: the worker cannot start: {exc}") from exc
+            actor = _start(remote, worker_cls, worker_kwargs, stage)
         try:
             statuses.append(ray.get(actor.run.remote(block)))
         except RayActorError as exc:
@@ -290,6 +292,23 @@ def isolate_failures(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, po
     if actor is not None:
         ray.kill(actor)
     return pa.concat_tables(statuses) if statuses else STATUS.empty_table()
+
+
+def _start(remote, worker_cls, worker_kwargs: dict, stage: str, attempts: int = 3):
+    """A fresh worker, ready to take a batch; a worker that fails to start `attempts` times
+    in a row is a broken stage (bad model path, no GPU), not a poison request: that raises."""
+    import ray
+    from ray.exceptions import RayActorError
+
+    for attempt in range(1, attempts + 1):
+        actor = remote.remote(worker_cls, worker_kwargs)
+        try:
+            ray.get(actor.ready.remote())
+            return actor
+        except RayActorError as exc:
+            if attempt == attempts:
+                raise RuntimeError(f"{stage}: the worker cannot start ({attempts} attempts): {_death_reason(exc)}") from exc
+            log.warning("%s: a worker died while starting (%s); starting another", stage, _death_reason(exc)[:300])
 
 
 def _death_reason(exc: Exception) -> str:
