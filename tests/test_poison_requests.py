@@ -72,6 +72,17 @@ def test_a_generation_that_kills_its_worker_is_isolated_too(ray_session, tmp_pat
     assert sorted(store.keys().to_pylist()) == ["g0", "g1", "g2", "g4", "g5"]
 
 
+def test_a_worker_that_cannot_start_fails_the_stage_naming_the_cause(ray_session, tmp_path):
+    """Not a poison request: no bisection, no endless restarts, one clear error."""
+    store = PartStore(str(tmp_path), schema.ANSWERS)
+    with pytest.raises(RuntimeError, match="cannot start: .*crash_how must be"):
+        run_engine_stage(
+            stage="answers", unit="s", requests=caption_requests(16), store=store, worker_cls=AnswerWorker,
+            worker_kwargs={"backbone": scripted(crash_on="x", crash_how="explode"), "templates": TEMPLATES, "store_url": store.url},
+            pool=ActorPool(size=1, num_cpus=0.5, rows_per_batch=8),
+        )
+
+
 def test_the_scripted_engine_crash_option_is_checked():
     from operators.engines.scripted import ScriptedEngine
 

@@ -306,9 +306,17 @@ def _start(remote, worker_cls, worker_kwargs: dict, stage: str, attempts: int = 
             ray.get(actor.ready.remote())
             return actor
         except RayActorError as exc:
+            if "creation task" in str(exc):  # its constructor raised: the same every time
+                raise RuntimeError(f"{stage}: the worker cannot start: {_last_line(exc)}") from exc
             if attempt == attempts:
                 raise RuntimeError(f"{stage}: the worker cannot start ({attempts} attempts): {_death_reason(exc)}") from exc
             log.warning("%s: a worker died while starting (%s); starting another", stage, _death_reason(exc)[:300])
+
+
+def _last_line(exc: Exception) -> str:
+    """The exception a remote traceback ends with (what the user needs to read first)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
 
 
 def _death_reason(exc: Exception) -> str:
