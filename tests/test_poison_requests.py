@@ -159,3 +159,21 @@ def test_hf_micro_batches_are_ordered_by_length(tiny_vlm_dir):
     together = engine.score_yes_no(prompts)
     alone = np.concatenate([engine.score_yes_no([p]) for p in prompts])
     np.testing.assert_allclose(together, alone, atol=1e-4)
+
+
+def test_a_50kb_caption_through_the_answers_stage_on_ray_is_one_error_row(ray_session, tmp_path, tiny_vlm_dir):
+    """The same accident on the real path (Ray actor, tiny hf model): the stage completes."""
+    spec = BackboneSpec(name="s", model_id=tiny_vlm_dir, engine="hf", dtype="float32", batch_size=16,
+                        yes_spellings=["Yes", "yes"], no_spellings=["No", "no"])
+    batch = caption_requests(6)
+    captions = batch.column("caption").to_pylist()
+    captions[4] = ("a small red cube beside a large blue sphere, " * 1200)[:50_000]
+    batch = batch.set_column(batch.schema.get_field_index("caption"), "caption", pa.array(captions))
+    store = PartStore(str(tmp_path), schema.ANSWERS)
+    report = run_engine_stage(
+        stage="answers", unit="s", requests=batch, store=store, worker_cls=AnswerWorker,
+        worker_kwargs={"backbone": spec, "templates": TEMPLATES, "store_url": store.url},
+        pool=ActorPool(size=1, num_cpus=1, rows_per_batch=6),
+    )
+    assert [(e["key"], e["reason"]) for e in report.errors.to_pylist()] == [("k004", "prompt_too_long")]
+    assert sorted(store.keys().to_pylist()) == ["k000", "k001", "k002", "k003", "k005"]
