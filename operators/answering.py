@@ -68,6 +68,35 @@ def _image_problem(row: Mapping, failures: Mapping[str, str], stage: str) -> dic
     return None
 
 
+def _drop_too_long(engine: Engine, prompts: list, rows: list[dict], errors: list[dict], stage: str) -> tuple[list, list[dict]]:
+    """Refuse prompts longer than the engine's limit before any model work: each becomes an
+    error row `prompt_too_long` (one over-long prompt would otherwise pad a whole batch past
+    the model's positions and exhaust the worker's memory)."""
+    limit = getattr(engine, "max_prompt_tokens", None)
+    measure = getattr(engine, "prompt_lengths", None)
+    if not prompts or limit is None or measure is None:
+        return prompts, rows
+    try:
+        lengths = measure(prompts)
+    except Exception:  # measure one by one; a prompt that cannot be measured goes to the engine,
+        lengths = [_length_or_zero(measure, p) for p in prompts]  # which isolates its failure
+    kept_prompts, kept_rows = [], []
+    for prompt, row, n in zip(prompts, rows, lengths, strict=True):
+        if n > limit:
+            errors.append({"stage": stage, "key": row["key"], "source": row.get("backbone"), "field": "text", "reason": "prompt_too_long", "detail": f"{n} prompt tokens > max_prompt_tokens {limit} (backbone {row.get('backbone')!r})"})
+        else:
+            kept_prompts.append(prompt)
+            kept_rows.append(row)
+    return kept_prompts, kept_rows
+
+
+def _length_or_zero(measure: Callable[[list], list[int]], prompt) -> int:
+    try:
+        return measure([prompt])[0]
+    except Exception:
+        return 0
+
+
 def _call_isolated(call: Callable[[list], list], prompts: list, rows: list[dict], errors: list[dict], stage: str, backbone: str):
     """Call the engine on the whole batch; if that fails, retry one by one so that only the
     prompts that really fail become error rows. Returns (results, ok flags)."""
@@ -120,6 +149,7 @@ def answer_batch(
         todo_rows.append(row)
 
     answered = []
+    prompts, todo_rows = _drop_too_long(engine, prompts, todo_rows, errors, "answers")
     if prompts:
         backbone = rows[0]["backbone"]
 
@@ -153,6 +183,7 @@ def generate_batch(
 def _generate(engine: Engine, prompts: list[Prompt], rows: list[dict], errors: list[dict], stage: str, max_new_tokens: int) -> pa.Table:
     """Greedy generations for `prompts` (one per row) as GENERATIONS rows; failures go to `errors`."""
     out = []
+    prompts, rows = _drop_too_long(engine, prompts, rows, errors, stage)
     if prompts:
         results, ok = _call_isolated(lambda ps: engine.generate(ps, max_new_tokens), prompts, rows, errors, stage, rows[0]["backbone"])
         for row, text, good in zip(rows, results, ok):

@@ -35,6 +35,9 @@ class BackboneSpec:
     assistant_prefix: str = ""
     trust_remote_code: bool = False
     max_model_len: int = 8192
+    # Longest prompt (tokens, image tokens included) sent to the model; longer requests are
+    # error rows `prompt_too_long`. None: the engine's own limit (hf: the model's positions).
+    max_prompt_tokens: int | None = None
     gpu_memory_utilization: float = 0.85
     batch_size: int = 32  # requests per engine call
     max_new_tokens: int = 512  # generation budget (questions, claims, judge)

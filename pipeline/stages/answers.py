@@ -11,7 +11,7 @@ from operators.answering import ANSWER_TEMPLATES
 from operators.engines.spec import BackboneSpec
 from operators.requests import KeySpec, plan_holistic, plan_questions, unique_requests
 from pipeline.config import ComputeSpec, PromptSet
-from pipeline.stages.engine_stage import AnswerWorker, StageReport, engine_pool, run_engine_stage
+from pipeline.stages.engine_stage import AnswerWorker, StageReport, engine_pool, run_and_read
 from pipeline.store import PartStore
 
 
@@ -44,9 +44,13 @@ def answer_store(store_url: str, backbone: BackboneSpec) -> PartStore:
 
 
 def run_answers(plan: AnswerPlan, backbone: BackboneSpec, prompts: PromptSet, store_url: str, compute: ComputeSpec) -> tuple[pl.DataFrame, StageReport]:
-    """Compute the missing answers; return every needed answer (key, logp_yes, logp_no)."""
+    """Compute the missing answers; return every needed answer (key, logp_yes, logp_no).
+
+    Every needed key is either returned or has an error row in the report (run_and_read).
+    """
     store = answer_store(store_url, backbone)
-    report = run_engine_stage(
+    stored, report = run_and_read(
+        columns=["key", "logp_yes", "logp_no"],
         stage="answers",
         unit=backbone.name,
         requests=plan.requests,
@@ -55,6 +59,4 @@ def run_answers(plan: AnswerPlan, backbone: BackboneSpec, prompts: PromptSet, st
         worker_kwargs={"backbone": backbone, "templates": prompts.templates, "store_url": store.url},
         pool=engine_pool(backbone, compute),
     )
-    needed = pl.from_arrow(plan.requests.select(["key"]))
-    answers = pl.from_arrow(store.read(["key", "logp_yes", "logp_no"])).join(needed, on="key", how="semi")
-    return answers, report
+    return pl.from_arrow(stored), report

@@ -18,7 +18,7 @@ from operators.engines.spec import BackboneSpec
 from operators.hashing import content_key
 from operators.parsing import ParseError, parse_claims, parse_dsg, parse_questions, questions_rows
 from pipeline.config import ComputeSpec, PromptSet
-from pipeline.stages.engine_stage import GenerationWorker, StageReport, engine_pool, run_engine_stage
+from pipeline.stages.engine_stage import GenerationWorker, StageReport, engine_pool, run_and_read
 from pipeline.store import PartStore
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,8 @@ def generated_questions(
     captions = items["caption"].unique(maintain_order=True).to_list()
     requests = generation_requests(captions, sets, generator, prompts)
     store = PartStore(f"{store_url}/generations/{generator.name}", schema.GENERATIONS)
-    report = run_engine_stage(
+    stored, report = run_and_read(
+        columns=["key", "text"],
         stage="questions",
         unit=generator.name,
         requests=requests,
@@ -90,7 +91,7 @@ def generated_questions(
         worker_kwargs={"backbone": generator, "templates": prompts.templates, "store_url": store.url},
         pool=engine_pool(generator, compute),
     )
-    stored = pl.from_arrow(store.read()).select("key", "text")
+    stored = pl.from_arrow(stored).select("key", "text")
     joined = pl.from_arrow(requests).join(stored, on="key", how="inner")
     rows, errors = [], []
     caption_benchmark = dict(items.select("caption", "benchmark").unique(subset="caption", keep="first").iter_rows())
