@@ -12,20 +12,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runnable from a fresh clone
 
-from pipeline.config import ConfigError, load_config  # noqa: E402
+from pipeline.cli import guarded  # noqa: E402
+from pipeline.config import load_config  # noqa: E402
 from pipeline.sweep import run_sweep, summary_text  # noqa: E402
 
 
+@guarded  # a bad value, a malformed override or a missing folder: one line, exit 2
 def main(argv: list[str]) -> int:
     if {"-h", "--help"} & set(argv):
         print(__doc__)
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        cfg = load_config(argv)
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        return 2
+    cfg = load_config(argv)
     result = run_sweep(cfg)
     print(summary_text(cfg, result))
     return 0

@@ -44,6 +44,25 @@ class BadRecord(ValueError):
         self.message = message
 
 
+# Loaders that write their own files under root on first use (the built-in demo).
+SELF_WRITING_LOADERS = ("demo",)
+
+
+def missing_release_folder(root: str, loader: str) -> str | None:
+    """Why `root` cannot hold the release (None if it can): checked before any work, so a
+    mistyped data_root fails in one line naming the folder instead of deep in a loader."""
+    if loader in SELF_WRITING_LOADERS:
+        return None
+    try:
+        fs, path = url_to_fs(root)
+        fs.invalidate_cache(path)
+        if fs.isdir(path):
+            return None
+        return f"{root} is a file, not a folder" if fs.exists(path) else f"folder {root} does not exist"
+    except (OSError, ValueError) as exc:
+        return f"cannot read folder {root}: {exc}"
+
+
 class Folder:
     """A dataset folder: a local directory or an fsspec URL prefix such as `s3://bucket/x`."""
 
