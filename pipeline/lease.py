@@ -246,8 +246,11 @@ class Lease:
 
 
 def _precondition_failed(exc: BaseException) -> bool:
+    """S3 answered 412 (or 409, a concurrent conditional write): s3fs turns it into FileExistsError."""
+    if isinstance(exc, FileExistsError):
+        return True
     text = f"{type(exc).__name__} {exc}"
-    return "PreconditionFailed" in text or "412" in text or "ConditionalRequestConflict" in text
+    return "PreconditionFailed" in text or "pre-conditions" in text or "ConditionalRequestConflict" in text
 
 
 def _etag_of(response) -> str | None:
