@@ -459,6 +459,7 @@ def validate(cfg: ResolvedConfig, require_benchmarks: bool = True) -> None:
         raise ConfigError("backbones", "no backbone selected")
     if require_benchmarks and not s.benchmarks:
         raise ConfigError("benchmarks", "no benchmark selected")
+    validate_ranges(cfg)
     if not 0.0 <= s.lam <= 1.0:
         raise ConfigError("lam", f"must be in [0, 1], got {s.lam}")
     if s.probability not in PROBABILITIES:
@@ -475,7 +476,6 @@ def validate(cfg: ResolvedConfig, require_benchmarks: bool = True) -> None:
     for i, name in enumerate(q.sets):
         if name not in QUESTION_SETS:
             raise ConfigError(f"questions.sets[{i}]", f"unknown question set {name!r}; valid: {QUESTION_SETS}")
-    validate_ranges(cfg)
     for name, b in cfg.backbones.items():
         if b.engine not in ENGINES:
             raise ConfigError(f"backbone {name}.engine", f"must be one of {ENGINES}, got {b.engine!r}")
