@@ -10,7 +10,9 @@ holds it, and when it expires. It is created only if absent, atomically: locally
 O_CREAT|O_EXCL, on S3 with a conditional PUT (`If-None-Match: *`). While the run lives, a
 heartbeat thread pushes the expiry forward (every ttl/3). A run killed with SIGKILL leaves
 its lease behind; it expires after at most `ttl_s`, and `force=True` takes it over at once
-(for an operator who knows the holder is dead). Taking over a stale lease is itself a
+(for an operator who knows the holder is dead). A holder on the same machine (same host name
+and PID namespace) whose process is gone is known dead: its lease is taken over at once, so
+rerunning a job killed on a laptop or a single node does not wait for the expiry. Taking over a stale lease is itself a
 conditional write (S3 `If-Match` on the stale ETag; locally a rename that is checked), so
 two runs racing for the same stale lease cannot both win. Before committing its results, a
 holder calls `check()`: if its lease was taken over meanwhile, it stops (`LeaseLost`)
@@ -49,6 +51,21 @@ class LeaseInfo:
     what: str  # e.g. "curation nightly"
     acquired_at: float
     expires_at: float
+    host: str = ""
+    pid: int = 0
+    pidns: int = 0  # the holder's PID namespace (same host name does not mean same PIDs in containers)
+
+    def holder_is_gone(self) -> bool:
+        """True only when the holder provably died: same host and PID namespace, and its PID is gone."""
+        if not self.pid or self.host != socket.gethostname() or self.pidns != _pid_namespace() or not self.pidns:
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # alive, someone else's
+            return False
+        return False
 
     def describe(self, now: float) -> str:
         left = self.expires_at - now
@@ -86,8 +103,9 @@ class Lease:
     # -- the lease record ------------------------------------------------------------------
     def _record(self, acquired_at: float | None = None) -> LeaseInfo:
         now = self.clock()
-        owner = f"{os.environ.get('USER', 'user')}@{socket.gethostname()} pid {os.getpid()}"
-        return LeaseInfo(self.token, owner, self.what, acquired_at or now, now + self.ttl_s)
+        host = socket.gethostname()
+        owner = f"{os.environ.get('USER', 'user')}@{host} pid {os.getpid()}"
+        return LeaseInfo(self.token, owner, self.what, acquired_at or now, now + self.ttl_s, host, os.getpid(), _pid_namespace())
 
     def read(self) -> tuple[LeaseInfo, str | None] | None:
         """The current lease and its version (S3 ETag), or None if nobody holds one."""
@@ -122,12 +140,13 @@ class Lease:
             current = self.read()
         info, etag = current if current else (None, None)
         now = self.clock()
-        if info is not None and info.expires_at > now and not self.force:
+        dead = info is not None and info.holder_is_gone()
+        if info is not None and info.expires_at > now and not self.force and not dead:
             raise LeaseHeld(
                 f"{self.url} is {info.describe(now)}; another {self.what} is writing this output. "
                 f"Wait for it, or if it was killed, rerun after the lease expires or with lease.force=true"
             )
-        reason = "forced" if self.force and info and info.expires_at > now else "stale"
+        reason = "dead holder's" if dead else "forced" if self.force and info and info.expires_at > now else "stale"
         if not self._replace(info, etag, mine):
             raise LeaseHeld(f"{self.url}: another run took over the {reason} lease first")
         log.warning("lease %s: took over the %s lease (%s)", self.url, reason, info.describe(now) if info else "")
@@ -243,6 +262,14 @@ class Lease:
         if self._thread is not None:
             self._thread.join()
         self.release()
+
+
+def _pid_namespace() -> int:
+    """Identity of this process's PID namespace (Linux); 0 where unknown, which disables the check."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
 
 
 def _precondition_failed(exc: BaseException) -> bool:
