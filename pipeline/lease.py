@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass
 
 import fsspec
 
+from pipeline.storage import retrying
+
 log = logging.getLogger(__name__)
 
 LEASE_FILE = "_lease.json"
@@ -95,7 +97,6 @@ class Lease:
         protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
         self.local = protocol in ("file", "local")
         self.s3 = protocol in ("s3", "s3a")
-        self._etag: str | None = None
         self._lost = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -115,11 +116,15 @@ class Lease:
                     data, etag = f.read(), None
             elif self.s3:  # body and ETag from one GET, so they belong together
                 bucket, key, _ = self.fs.split_path(self.path)
-                out = self.fs.call_s3("get_object", Bucket=bucket, Key=key)
-                data, etag = _read_body(self.fs, out), out.get("ETag")
+
+                def get():
+                    out = self.fs.call_s3("get_object", Bucket=bucket, Key=key)
+                    return _read_body(self.fs, out), out.get("ETag")
+
+                data, etag = retrying(f"read {self.url}", get)
             else:
                 self.fs.invalidate_cache(self.path)
-                data, etag = self.fs.cat_file(self.path), None
+                data, etag = retrying(f"read {self.url}", lambda: self.fs.cat_file(self.path)), None
         except FileNotFoundError:
             return None
         try:
@@ -167,12 +172,11 @@ class Lease:
             return True
         if self.s3:
             try:
-                out = self.fs.pipe_file(self.path, data, mode="create")
+                retrying(f"create {self.url}", lambda: self.fs.pipe_file(self.path, data, mode="create"))
             except Exception as exc:  # botocore's PreconditionFailed arrives in several wrappers
                 if _precondition_failed(exc):
-                    return False
+                    return self._is_mine()  # a retried PUT whose first try landed is ours
                 raise
-            self._etag = _etag_of(out)
             return True
         # Other object stores: no conditional write available here; best effort.
         self.fs.invalidate_cache(self.path)
@@ -203,16 +207,19 @@ class Lease:
         if self.s3 and etag:
             bucket, key, _ = self.fs.split_path(self.path)
             try:
-                out = self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, IfMatch=etag)
+                retrying(f"replace {self.url}", lambda: self.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=data, IfMatch=etag))
             except Exception as exc:
                 if _precondition_failed(exc):
-                    return False
+                    return self._is_mine()
                 raise
             self.fs.invalidate_cache(self.path)
-            self._etag = _etag_of(out)
             return True
         self.fs.pipe_file(self.path, data)
         return True
+
+    def _is_mine(self) -> bool:
+        current = self.read()
+        return current is not None and current[0].token == self.token
 
     # -- holding ---------------------------------------------------------------------------
     def renew(self) -> None:
@@ -242,7 +249,10 @@ class Lease:
     def release(self) -> None:
         current = self.read()
         if current is not None and current[0].token == self.token:
-            self.fs.rm(self.path) if not self.local else os.remove(self.path)
+            if self.local:
+                os.remove(self.path)
+            else:
+                retrying(f"remove {self.url}", lambda: self.fs.rm(self.path))
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.ttl_s / 3):
@@ -278,10 +288,6 @@ def _precondition_failed(exc: BaseException) -> bool:
         return True
     text = f"{type(exc).__name__} {exc}"
     return "PreconditionFailed" in text or "pre-conditions" in text or "ConditionalRequestConflict" in text
-
-
-def _etag_of(response) -> str | None:
-    return response.get("ETag") if isinstance(response, dict) else None
 
 
 def _read_body(fs, response) -> bytes:

@@ -26,6 +26,7 @@ import uuid
 
 from pipeline import store as st
 from pipeline.cli import InputError
+from pipeline.storage import retrying
 
 MANIFEST = "manifest.json"
 # What a sweep writes into its run folder (docs/DESIGN.md, "Files"); `begin` removes exactly
@@ -51,15 +52,11 @@ def begin(run_dir: str, run_id: str, info: dict) -> None:
     """Mark the folder as being written by `run_id`, then clear the previous run's outputs."""
     st.write_json(f"{run_dir}/{MANIFEST}", {**info, "status": "running", "run_id": run_id, "started_at": _now()})
     fs, root = st.filesystem(run_dir)
-    for name in OUTPUT_FILES:
-        path = posixpath.join(root, name)
-        if fs.exists(path):
-            fs.rm(path)
-    for name in OUTPUT_FOLDERS:
+    for name in (*OUTPUT_FILES, *OUTPUT_FOLDERS):
         path = posixpath.join(root, name)
         fs.invalidate_cache(path)
-        if fs.exists(path):
-            fs.rm(path, recursive=True)
+        if retrying(f"check {run_dir}/{name}", lambda path=path: fs.exists(path)):
+            retrying(f"remove {run_dir}/{name}", lambda path=path, name=name: fs.rm(path, recursive=name in OUTPUT_FOLDERS))
     fs.invalidate_cache(root)
 
 
@@ -68,7 +65,7 @@ def output_files(run_dir: str) -> dict[str, dict]:
     fs, root = st.filesystem(run_dir)
     fs.invalidate_cache(root)
     listed = {}
-    for path in sorted(fs.find(root)):
+    for path in sorted(retrying(f"list {run_dir}", lambda: fs.find(root))):
         rel = posixpath.relpath(path, root)
         if rel in NOT_OUTPUTS or rel.startswith("tables/") or posixpath.basename(rel).startswith(".tmp-"):
             continue
@@ -131,18 +128,20 @@ class Outputs:
         """Relative paths of the run's files directly in `folder` ending with `suffix`."""
         if self.listed is not None:
             found = [r for r in self.listed if posixpath.dirname(r) == folder and r.endswith(suffix)]
-            fs, root = st.filesystem(self.url(folder))
-            fs.invalidate_cache(root)
-            present = fs.glob(posixpath.join(root, f"*{suffix}")) if fs.exists(root) else []
+            present = self._glob(folder, suffix)
             present = [p for p in present if not posixpath.basename(p).startswith(".tmp-")]
             extra = sorted({f"{folder}/{posixpath.basename(p)}" for p in present} - set(found))
             if extra:
                 raise RunNotFinished(f"{self.url(extra[0])} is not an output of run {self.run_id} (manifest.json does not list it): the folder mixes runs; rerun the sweep")
             return sorted(found)
+        paths = self._glob(folder, suffix)
+        return sorted(f"{folder}/{posixpath.basename(p)}" for p in paths if not posixpath.basename(p).startswith(".tmp-"))
+
+    def _glob(self, folder: str, suffix: str) -> list[str]:
         fs, root = st.filesystem(self.url(folder))
         fs.invalidate_cache(root)
-        paths = fs.glob(posixpath.join(root, f"*{suffix}")) if fs.exists(root) else []
-        return sorted(f"{folder}/{posixpath.basename(p)}" for p in paths if not posixpath.basename(p).startswith(".tmp-"))
+        pattern = posixpath.join(root, f"*{suffix}")
+        return retrying(f"list {self.url(folder)}", lambda: fs.glob(pattern) if fs.exists(root) else [])
 
     def read(self, rel: str) -> bytes:
         url = self.url(rel)
