@@ -10,18 +10,16 @@ See pipeline.metaeval.evaluate_files for the file formats.
 """
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
-if importlib.util.find_spec("pipeline") is None:  # a fresh clone without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code, as the other jobs
 
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf  # noqa: E402
 
-from pipeline.cli import InputError, guarded
-from pipeline.config import MIN_RESAMPLES, PROTOCOL_STATISTICS, TIE_POLICIES, ConfigError, parse_overrides
-from pipeline.metaeval import evaluate_files, format_table, write_result
+from pipeline.cli import InputError, guarded  # noqa: E402
+from pipeline.config import MIN_RESAMPLES, PROTOCOL_STATISTICS, TIE_POLICIES, ConfigError, parse_overrides  # noqa: E402
+from pipeline.metaeval import evaluate_files, format_table, write_result  # noqa: E402
 
 DEFAULTS = {
     "scores": "???", "human": "???", "kind": "correlation", "out": "metaeval_results",
