@@ -53,14 +53,16 @@ def missing_release_folder(root: str, loader: str) -> str | None:
     mistyped data_root fails in one line naming the folder instead of deep in a loader."""
     if loader in SELF_WRITING_LOADERS:
         return None
+    from pipeline.storage import retrying
+
     try:
         fs, path = url_to_fs(root)
         fs.invalidate_cache(path)
-        if fs.isdir(path):
+        if retrying(f"list {root}", lambda: fs.isdir(path)):
             return None
-        return f"{root} is a file, not a folder" if fs.exists(path) else f"folder {root} does not exist"
+        return f"{root} is a file, not a folder" if retrying(f"check {root}", lambda: fs.exists(path)) else f"folder {root} does not exist"
     except (OSError, ValueError) as exc:
-        return f"cannot read folder {root}: {exc}"
+        return f"cannot read folder {root}: {' '.join(str(exc).split())}"
 
 
 class Folder:
