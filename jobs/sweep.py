@@ -3,6 +3,8 @@
 Locally this starts Ray on this machine; on a cluster submit it with
 `ray job submit --working-dir . -- python jobs/sweep.py sweep=paper root=s3://bucket/depict`.
 Overrides use OmegaConf dot-list syntax: backbones=[qwen3_5-4b] compute.engines_per_backbone=4.
+Exit codes: 0 done, 2 bad input (one line naming the key or path), 3 another sweep is writing
+the same run folder (docs/troubleshooting.md).
 """
 from __future__ import annotations
 

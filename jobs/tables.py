@@ -3,6 +3,8 @@
 
 `out` defaults to <run>/tables/. `n_resamples` overrides the run's bootstrap size for the
 intervals computed here (commitment gain, answer distributions). Prints the index.
+A run that is not marked finished, or whose files differ from those its manifest lists, is
+refused: one line, exit code 2 (docs/troubleshooting.md).
 """
 from __future__ import annotations
 
