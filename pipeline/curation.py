@@ -45,6 +45,7 @@ from operators.hashing import digest, keys_digest
 from operators.metrics import yes_probability_expr
 from pipeline import store as st
 from pipeline.config import ConfigError, ResolvedConfig, SweepConfig, join_url, load_config, required_question_sets
+from pipeline.lease import Lease
 from pipeline.runtime import ensure_ray, git_commit, library_versions
 from pipeline.scoring import Timings, score_items_all_backbones
 from pipeline.shards import CHANGE_DETECTION, PAIRS, Shard, ShardError, current_version, discover, publish_task, read_pairs_task
@@ -272,11 +273,23 @@ class CurationResult:
         return {k: sum(getattr(s, k) for s in self.shards) for k in keys}
 
 
+def output_lease(c: CurationConfig) -> Lease:
+    """One curation at a time per output: a second one exits at once (LeaseHeld) instead of
+    dropping the first one's rows when both rewrite manifest.json (pipeline/lease.py)."""
+    return Lease(c.output, what=f"curation {c.name}", ttl_s=c.lease.ttl_s, force=c.lease.force)
+
+
 def run_curation(cfg: ResolvedConfig) -> CurationResult:
     """Process the new or changed shards (or, with decide_only, re-decide every shard)."""
     c: CurationConfig = cfg.sweep  # type: ignore[assignment]
-    if c.decide_only:
-        return decide(cfg)
+    with output_lease(c) as lease:
+        if c.decide_only:
+            return decide(cfg, lease)
+        return _score_new_shards(cfg, lease)
+
+
+def _score_new_shards(cfg: ResolvedConfig, lease: Lease) -> CurationResult:
+    c: CurationConfig = cfg.sweep  # type: ignore[assignment]
     result = CurationResult(output=c.output)
     clock = result.timings
     t_start = time.perf_counter()
@@ -336,6 +349,7 @@ def run_curation(cfg: ResolvedConfig) -> CurationResult:
             stats = shard_stats(shard, c.output, rule)
             result.shards.append(stats)
             manifest.record(shard, fingerprint=fingerprint, run_id=result.run_id, rule=rule.as_dict(), **_counts(stats))
+        lease.check()  # taken over meanwhile (this run outlived its lease): commit nothing
         manifest.save()
     result.errors = errors
     result.timings["total"] = time.perf_counter() - t_start
@@ -343,11 +357,14 @@ def run_curation(cfg: ResolvedConfig) -> CurationResult:
     return result
 
 
-def decide(cfg: ResolvedConfig) -> CurationResult:
+def decide(cfg: ResolvedConfig, lease: Lease | None = None) -> CurationResult:
     """Re-apply the configured rule to the stored scores of every processed shard: no
     question, answer or score is computed. Shards whose decisions do not change are not
     rewritten; a shard whose input file changed since it was scored is left to the next run."""
     c: CurationConfig = cfg.sweep  # type: ignore[assignment]
+    if lease is None:
+        with output_lease(c) as held:
+            return decide(cfg, held)
     rule = Rule.from_config(c)
     result = CurationResult(output=c.output, mode="decide")
     t_start = time.perf_counter()
@@ -386,6 +403,7 @@ def decide(cfg: ResolvedConfig) -> CurationResult:
             stats = shard_stats(shard, c.output, rule)
             result.shards.append(stats)
             manifest.shards[uri].update(rule=rule.as_dict(), **_counts(stats))
+        lease.check()
         manifest.save()
     result.errors = pl.concat([pl.from_arrow(_errors(problems)), failures])
     result.timings["total"] = time.perf_counter() - t_start

@@ -11,12 +11,10 @@ import pyarrow as pa
 from operators import schema
 from operators.ingest import hash_images
 from pipeline import executor
-from pipeline.config import BenchmarkSpec
+from pipeline.config import LOADERS, BenchmarkSpec
 from pipeline.stages.engine_stage import StageReport
 
 log = logging.getLogger(__name__)
-
-LOADERS = ("demo", "genai_bench", "tifa160", "richhf", "winoground", "negbench")
 
 
 def load_benchmark(spec: BenchmarkSpec):
