@@ -567,6 +567,7 @@ def validate_ranges(cfg: ResolvedConfig) -> None:
         _within(f"{key}.gpu_memory_utilization", b.gpu_memory_utilization, 0, 1, low_open=True)
         _at_least(f"{key}.batch_size", b.batch_size, 1)
         _at_least(f"{key}.max_new_tokens", b.max_new_tokens, 1)
+        _at_least(f"{key}.max_prompt_tokens", b.max_prompt_tokens, 1, optional=True)
         if not b.yes_spellings or not b.no_spellings:
             raise ConfigError(key, "yes_spellings and no_spellings must be non-empty")
         for field_name in ("yes_spellings", "no_spellings"):

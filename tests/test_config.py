@@ -109,6 +109,7 @@ RANGE_CASES = [
     ("backbone_overrides.smoke.max_image_pixels=1000", "backbone smoke.max_image_pixels"),  # below min_image_pixels
     ("backbone_overrides.smoke.max_model_len=0", "backbone smoke.max_model_len"),
     ("backbone_overrides.smoke.max_new_tokens=0", "backbone smoke.max_new_tokens"),
+    ("backbone_overrides.smoke.max_prompt_tokens=0", "backbone smoke.max_prompt_tokens"),
     ("backbone_overrides.smoke.gpu_memory_utilization=1.5", "backbone smoke.gpu_memory_utilization"),
     ("backbone_overrides.smoke.tensor_parallel_size=0", "backbone smoke.tensor_parallel_size"),
     ("backbone_overrides.smoke.yes_spellings=[Yes,'']", "backbone smoke.yes_spellings[1]"),
