@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from operators import schema
 from operators.engines.base import Engine, Prompt
+from operators.engines.yesno import answer_mass
 from operators.prompts import fill
 
 # request kind -> (template name, placeholder the request text fills)
@@ -129,7 +130,11 @@ def answer_batch(
         results, ok = _call_isolated(call, prompts, todo_rows, errors, "answers", backbone)
         for row, result, good in zip(todo_rows, results, ok):
             if good:
-                answered.append({"key": row["key"], "backbone": row["backbone"], "kind": row["kind"], "logp_yes": float(result[0]), "logp_no": float(result[1])})
+                logp_yes, logp_no = float(result[0]), float(result[1])
+                answered.append({
+                    "key": row["key"], "backbone": row["backbone"], "kind": row["kind"], "logp_yes": logp_yes,
+                    "logp_no": logp_no, "answer_mass": float(answer_mass(logp_yes, logp_no)),
+                })
     answers = pa.Table.from_pylist(answered, schema=schema.ANSWERS) if answered else schema.ANSWERS.empty_table()
     return answers, _error_rows(errors, "answers")
 

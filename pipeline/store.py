@@ -140,7 +140,12 @@ class PartStore:
 
     def _read_part(self, path: str, columns: list[str]) -> pa.Table:
         data = retrying(f"read {path}", lambda: self.fs.cat_file(path))
-        return pq.read_table(pa.BufferReader(data), columns=columns).cast(pa.schema([self.schema.field(c) for c in columns]))
+        # A part written before a nullable column existed reads with that column null.
+        present = set(pq.read_schema(pa.BufferReader(data)).names)
+        table = pq.read_table(pa.BufferReader(data), columns=[c for c in columns if c in present])
+        for name in (c for c in columns if c not in present):
+            table = table.append_column(name, pa.nulls(table.num_rows, self.schema.field(name).type))
+        return table.select(columns).cast(pa.schema([self.schema.field(c) for c in columns]))
 
     def keys(self) -> pa.Array:
         return self.read(["key"]).column("key").combine_chunks()
@@ -163,6 +168,9 @@ class PartStore:
         """
         if table.num_rows == 0:
             return None
+        for field in self.schema:  # a column added to the schema later may be missing: stored null
+            if field.name not in table.column_names and field.name != "key":
+                table = table.append_column(field.name, pa.nulls(table.num_rows, field.type))
         table = table.select(self.schema.names).cast(self.schema)
         keys = table.column("key").to_pylist()
         url = self.part_url(keys)

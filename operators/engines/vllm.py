@@ -11,7 +11,7 @@ import numpy as np
 from operators.engines import vllm_requests as vr
 from operators.engines.base import Prompt
 from operators.engines.spec import BackboneSpec
-from operators.engines.yesno import render_prompt, yes_no_token_ids
+from operators.engines.yesno import multi_token_spellings, render_prompt, yes_no_token_ids
 from operators.tiny_models import resolve_model_id
 
 
@@ -41,23 +41,8 @@ class VLLMEngine:
         tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.tokenizer = tokenizer
         self.yes_ids, self.no_ids = yes_no_token_ids(tokenizer, spec.yes_spellings, spec.no_spellings)
-        options = dict(spec.engine_options)
-        if spec.tensor_parallel_size > 1:
-            # The Ray actor holding this engine already reserved tensor_parallel_size GPUs on one
-            # node; vLLM's own Ray executor would ask the cluster for them a second time and wait.
-            options.setdefault("distributed_executor_backend", "mp")
-        self.llm = vllm.LLM(
-            model=path,
-            revision=spec.revision,
-            dtype=spec.dtype,
-            tensor_parallel_size=spec.tensor_parallel_size,
-            max_model_len=spec.max_model_len,
-            gpu_memory_utilization=spec.gpu_memory_utilization,
-            enable_prefix_caching=True,
-            limit_mm_per_prompt={"image": 1},
-            trust_remote_code=spec.trust_remote_code,
-            **options,
-        )
+        self.multi_token_spellings = multi_token_spellings(tokenizer, [*spec.yes_spellings, *spec.no_spellings])
+        self.llm = vllm.LLM(**vr.llm_kwargs(spec, path))
 
     def score_yes_no(self, prompts: Sequence[Prompt]) -> np.ndarray:
         params = self._vllm.SamplingParams(**vr.yes_no_sampling_kwargs(self.yes_ids, self.no_ids))
@@ -73,11 +58,14 @@ class VLLMEngine:
         self.llm = None
 
     def _run(self, prompts: Sequence[Prompt], params) -> list:
-        """Send all prompts at once (vLLM schedules them), image-grouped; answers in input order."""
+        """Send all prompts at once (vLLM schedules them), image-grouped; answers in input order.
+
+        The chat template already wrote any BOS: vLLM must not add a second one (nor, as for
+        Gemma-4, silently drop the tokenizer's) - the same token ids as the hf engine.
+        """
         requests, order = vr.prepare(prompts, self._render, self.spec.max_image_pixels, self.spec.min_image_pixels)
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        outputs = self.llm.generate(requests, params, use_tqdm=False, tokenization_kwargs=dict(vr.TOKENIZATION_KWARGS))
         return vr.restore_order(list(outputs), order)
 
     def _render(self, prompt: Prompt) -> str:
-        text = render_prompt(self.processor, prompt, self.spec.chat_template_kwargs, self.spec.assistant_prefix)
-        return vr.strip_duplicate_bos(text, self.tokenizer)
+        return render_prompt(self.processor, prompt, self.spec.chat_template_kwargs, self.spec.assistant_prefix)
