@@ -4,6 +4,8 @@
 """
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from collections.abc import Sequence
 
 import numpy as np
@@ -26,6 +28,20 @@ def _import_vllm():
     return vllm
 
 
+def llm_keywords(vllm) -> set[str] | None:
+    """Every keyword `vllm.LLM(...)` accepts: its own parameters and, through its **kwargs,
+    every `EngineArgs` field. None when this vllm does not expose EngineArgs."""
+    params = inspect.signature(vllm.LLM.__init__).parameters
+    names = {n for n, p in params.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)} - {"self"}
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        try:
+            from vllm.engine.arg_utils import EngineArgs
+        except ImportError:
+            return None
+        names |= {f.name for f in dataclasses.fields(EngineArgs)}
+    return names
+
+
 class VLLMEngine:
     def __init__(self, spec: BackboneSpec):
         vllm = _import_vllm()
@@ -42,7 +58,11 @@ class VLLMEngine:
         self.tokenizer = tokenizer
         self.yes_ids, self.no_ids = yes_no_token_ids(tokenizer, spec.yes_spellings, spec.no_spellings)
         self.multi_token_spellings = multi_token_spellings(tokenizer, [*spec.yes_spellings, *spec.no_spellings])
-        self.llm = vllm.LLM(**vr.llm_kwargs(spec, path))
+        kwargs = vr.llm_kwargs(spec, path)
+        valid = llm_keywords(vllm)
+        if valid is not None:
+            vr.check_llm_kwargs(kwargs, valid, spec.name)
+        self.llm = vllm.LLM(**kwargs)
 
     def score_yes_no(self, prompts: Sequence[Prompt]) -> np.ndarray:
         params = self._vllm.SamplingParams(**vr.yes_no_sampling_kwargs(self.yes_ids, self.no_ids))

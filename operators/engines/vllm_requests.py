@@ -55,6 +55,22 @@ def llm_kwargs(spec: Any, model_path: str) -> dict:
     return kwargs
 
 
+def check_llm_kwargs(kwargs: dict, valid: set[str], backbone: str) -> None:
+    """Refuse `vllm.LLM` keywords vLLM does not know (a misspelt engine option), naming them."""
+    import difflib
+
+    unknown = sorted(set(kwargs) - set(valid))
+    if unknown:
+        hints = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, sorted(valid), n=1)
+            hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ValueError(
+            f"backbone {backbone!r}: vLLM does not know the engine option(s) {', '.join(hints)}; "
+            "see vllm.engine.arg_utils.EngineArgs for the valid names"
+        )
+
+
 def build_request(prompt: Prompt, text: str, max_pixels: int, min_pixels: int) -> dict:
     """A vLLM `TextPrompt` dict; the image's content hash becomes its multimodal uuid.
 
