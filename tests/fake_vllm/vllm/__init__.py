@@ -7,8 +7,8 @@ it is given against the real names (vLLM's `TextPrompt` keys, `SamplingParams` f
 
 Its "model" is a fixed next-token distribution over the whole vocabulary (size read from
 the model's config.json), a pure function of the request (`fake_logprobs`): probabilities
-sum to 1, the sampled token is the most likely one, and each reported `Logprob.rank` is the
-token's rank in that distribution (1 = most likely), as vLLM reports them.
+sum to 1, the sampled token is the most likely one, and `Logprob.rank` is filled the way
+vLLM 0.33 fills it for `logprob_token_ids` (see `LLM.generate`).
 """
 from __future__ import annotations
 
@@ -137,8 +137,12 @@ class LLM:
             sampled = int(np.argmax(row))
             logprobs = None
             if ids:
-                ranks = {t: 1 + int(np.sum(row > row[t])) for t in {*ids, sampled}}
-                logprobs = [{t: Logprob(float(row[t]), rank=ranks[t]) for t in {*ids, sampled}}]
+                # As vLLM 0.33 fills the dict (logprobs.append_logprobs_for_next_position): the
+                # sampled token first with its true rank, then the requested ids with ranks
+                # 1..n in request order (a requested sampled token ends with the latter).
+                position = {sampled: Logprob(float(row[sampled]), rank=1 + int(np.sum(row > row[sampled])))}
+                position |= {t: Logprob(float(row[t]), rank=k) for k, t in enumerate(ids, start=1)}
+                logprobs = [position]
             completion = CompletionOutput(0, fake_text(request), [sampled], logprobs)
             outputs.append(RequestOutput(str(k), request["prompt"], [completion]))
         return outputs
