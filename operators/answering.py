@@ -37,7 +37,8 @@ def _error_rows(rows: list[dict], stage: str) -> pa.Table:
     return schema.conform(pa.Table.from_pylist(rows), schema.ERRORS, what="errors") if rows else schema.ERRORS.empty_table()
 
 
-def _prompt(kind: str, row: Mapping, templates: Mapping[str, str], image, system: str | None) -> Prompt:
+def answer_prompt(kind: str, row: Mapping, templates: Mapping[str, str], image, system: str | None) -> Prompt:
+    """The engine prompt of one yes/no request (row: text, and caption for caption-only kinds)."""
     template_name, field = ANSWER_TEMPLATES[kind]
     values = {field: row["text"]}
     if kind == "caption":
@@ -114,7 +115,7 @@ def answer_batch(
             continue
         try:
             image = None if row["kind"] == "caption" else images[row["image_hash"]]
-            prompts.append(_prompt(row["kind"], row, templates, image, system))
+            prompts.append(answer_prompt(row["kind"], row, templates, image, system))
         except (KeyError, TypeError) as exc:
             errors.append({"stage": "answers", "key": row["key"], "field": "text", "reason": "bad_request", "detail": str(exc)})
             continue

@@ -33,6 +33,9 @@ class BackboneSpec:
     chat_template_kwargs: dict = field(default_factory=dict)
     # Text appended after the generation prompt (e.g. an empty think block some models expect).
     assistant_prefix: str = ""
+    # Prefixes jobs/preflight.py compares by answer mass (e.g. with and without a closed empty
+    # thought block); the one with the most mass is recommended. Not part of the answer key.
+    assistant_prefix_candidates: list[str] = field(default_factory=list)
     trust_remote_code: bool = False
     max_model_len: int = 8192
     gpu_memory_utilization: float = 0.85

@@ -63,6 +63,7 @@ class VLLMEngine:
         if valid is not None:
             vr.check_llm_kwargs(kwargs, valid, spec.name)
         self.llm = vllm.LLM(**kwargs)
+        self.prompt_tokens = 0  # prompt tokens sent so far (image tokens included): for throughput reports
 
     def score_yes_no(self, prompts: Sequence[Prompt]) -> np.ndarray:
         params = self._vllm.SamplingParams(**vr.yes_no_sampling_kwargs(self.yes_ids, self.no_ids))
@@ -73,6 +74,18 @@ class VLLMEngine:
     def generate(self, prompts: Sequence[Prompt], max_new_tokens: int) -> list[str]:
         params = self._vllm.SamplingParams(**vr.generation_sampling_kwargs(max_new_tokens))
         return [vr.parse_text(o) for o in self._run(prompts, params)]
+
+    def prefix_cache_hit_rate(self) -> float | None:
+        """Share of prompt tokens served from vLLM's prefix cache so far (None without stats:
+        vLLM keeps them only with engine option disable_log_stats: false)."""
+        try:
+            metrics = list(self.llm.get_metrics())
+        except Exception:  # stats disabled, or a vLLM without get_metrics
+            return None
+        def total(name: str) -> float:  # one counter per engine replica (data parallel)
+            return float(sum(getattr(m, "value", 0) or 0 for m in metrics if m.name == name))
+        queries = total("vllm:prefix_cache_queries")
+        return total("vllm:prefix_cache_hits") / queries if queries else None
 
     def close(self) -> None:
         self.llm = None
@@ -85,6 +98,7 @@ class VLLMEngine:
         """
         requests, order = vr.prepare(prompts, self._render, self.spec.max_image_pixels, self.spec.min_image_pixels)
         outputs = self.llm.generate(requests, params, use_tqdm=False, tokenization_kwargs=dict(vr.TOKENIZATION_KWARGS))
+        self.prompt_tokens += sum(len(getattr(o, "prompt_token_ids", None) or ()) for o in outputs)
         return vr.restore_order(list(outputs), order)
 
     def _render(self, prompt: Prompt) -> str:
