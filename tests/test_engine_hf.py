@@ -21,6 +21,9 @@ from operators.engines.yesno import (
     yes_no_token_ids,
 )
 
+# Tokenizer/processor/chat-template code: CI runs these again under the cluster pins (.ci/run).
+pytestmark = pytest.mark.templates
+
 
 def _image(seed: int, width: int, height: int) -> Image.Image:
     pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)

@@ -25,6 +25,9 @@ IMAGES = {
     "img-b": Image.new("RGB", (300, 200), (0, 200, 0)),  # over the budget below: gets resized
 }
 
+# Tokenizer/processor/chat-template code: CI runs these again under the cluster pins (.ci/run).
+pytestmark = pytest.mark.templates
+
 
 def _prompt(user, image_id=None, system=None, anonymous_image=False) -> Prompt:
     if anonymous_image:

@@ -28,7 +28,7 @@ from operators.engines.vllm import VLLMEngine, llm_keywords  # noqa: E402
 from operators.engines.yesno import render_prompt  # noqa: E402
 from tests.tiny_tokenizers import build_gemma_style_tokenizer  # noqa: E402
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.templates]  # templates: also run under the cluster pins
 BACKBONES = Path(__file__).parents[1] / "conf" / "backbones"
 
 
