@@ -87,8 +87,10 @@ class HFEngine:
             render_prompt(self.processor, p, self.spec.chat_template_kwargs, self.spec.assistant_prefix)
             for p in prompts
         ]
+        # One list of images per prompt: processors that batch several images per prompt
+        # (Gemma-4) read a flat list as ONE prompt's images and reject any batch above 1.
         images = [
-            fit_pixels(p.image, self.spec.max_image_pixels, self.spec.min_image_pixels)
+            [fit_pixels(p.image, self.spec.max_image_pixels, self.spec.min_image_pixels)]
             for p in prompts if p.image is not None
         ]
         # The chat template already wrote any BOS; the tokenizer must not add a second one.
