@@ -77,3 +77,27 @@ def test_vllm_backbones_are_compared_with_hf_and_disagreement_fails(tmp_path, ti
     assert not result.ok and "hf and vLLM disagree" in result.failures[0]
     skipped = check_backbone(spec, prompts, kinds, PreflightOptions(min_median_mass=0, min_p5_mass=0, compare_hf=False))
     assert skipped.ok and "  hf vs vllm         not compared (compare_hf=false)" in skipped.lines
+
+
+class PrefixSensitiveEngine:
+    """Puts most mass on yes/no only when the thought block is closed (as a Gemma-4 may)."""
+
+    def __init__(self, spec):
+        self.spec = spec
+
+    def score_yes_no(self, prompts):
+        mass = 0.98 if self.spec.assistant_prefix == "<|channel>thought\n<channel|>" else 0.02
+        return np.tile(np.log([mass * 0.7, mass * 0.3]), (len(prompts), 1))
+
+
+def test_the_prefix_with_the_most_answer_mass_is_recommended():
+    from operators.engines.base import Prompt
+    from pipeline.preflight import _prefix_candidates
+
+    spec = BackboneSpec(name="gemma4-12b", model_id="m", engine="vllm", assistant_prefix_candidates=["", "<|channel>thought\n<channel|>"])
+    engine = PrefixSensitiveEngine(spec)
+    lines = _prefix_candidates(engine, spec, [Prompt(user="Is there a cat?")] * 3, ["caption"] * 3)
+    assert engine.spec.assistant_prefix == ""  # the configured prefix is restored
+    assert "lowest median mass 0.020" in lines[0] and "lowest median mass 0.980" in lines[1]
+    assert lines[-1] == ("  -> recommended: backbone_overrides.gemma4-12b.assistant_prefix='<|channel>thought\\n<channel|>' "
+                         "(mass 0.020 -> 0.980)")
