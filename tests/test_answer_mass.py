@@ -140,3 +140,17 @@ def test_multi_token_spellings_are_not_counted_by_their_first_piece():
     assert yes_no_token_ids(tok, ["Yes", "YES"], ["No", "NO"]) == ([1], [2])
     with pytest.raises(ValueError, match="none of the answer spellings"):
         answer_token_ids(tok, ["YES"])
+
+
+def test_run_summary_reports_mass_per_backbone_and_kind(tmp_path):
+    from pipeline.config import load_config
+    from pipeline.stages.answers import AnswerReport
+    from pipeline.sweep import RunResult, summary_text
+
+    cfg = load_config([f"root={tmp_path}"])
+    masses = pl.DataFrame({"kind": ["image"] * 10 + ["caption"] * 10, "answer_mass": [0.99] * 10 + [0.02] * 10})
+    report = AnswerReport(stage="answers", unit="smoke", needed=20, cached=0, sent=20, answer_mass=answer_mass.summarize(masses))
+    text = summary_text(cfg, RunResult(run_dir=str(tmp_path), reports=[report]))
+    assert "answer mass smoke            caption   n=10      median 0.020  p5 0.020  LOW" in text
+    assert "answer mass smoke            image     n=10      median 0.990  p5 0.990\n" in text
+    assert "WARNING: smoke: low answer mass for caption" in text
