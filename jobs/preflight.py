@@ -48,7 +48,8 @@ def main(argv: list[str]) -> int:
             rest.append(arg)
     try:
         # The demo benchmark supplies the prompts, whatever the sweep preset lists.
-        cfg = load_config(["sweep=smoke", *rest, "benchmarks=[demo]"])
+        preset = [] if any(a.startswith("sweep=") for a in rest) else ["sweep=smoke"]
+        cfg = load_config([*preset, *rest, "benchmarks=[demo]"])
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 2
