@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from operators import schema
 from operators.engines.base import Engine, Prompt
+from operators.engines.yesno import answer_mass
 from operators.prompts import fill
 
 # request kind -> (template name, placeholder the request text fills)
@@ -36,7 +37,8 @@ def _error_rows(rows: list[dict], stage: str) -> pa.Table:
     return schema.conform(pa.Table.from_pylist(rows), schema.ERRORS, what="errors") if rows else schema.ERRORS.empty_table()
 
 
-def _prompt(kind: str, row: Mapping, templates: Mapping[str, str], image, system: str | None) -> Prompt:
+def answer_prompt(kind: str, row: Mapping, templates: Mapping[str, str], image, system: str | None) -> Prompt:
+    """The engine prompt of one yes/no request (row: text, and caption for caption-only kinds)."""
     template_name, field = ANSWER_TEMPLATES[kind]
     values = {field: row["text"]}
     if kind == "caption":
@@ -142,7 +144,7 @@ def answer_batch(
             continue
         try:
             image = None if row["kind"] == "caption" else images[row["image_hash"]]
-            prompts.append(_prompt(row["kind"], row, templates, image, system))
+            prompts.append(answer_prompt(row["kind"], row, templates, image, system))
         except (KeyError, TypeError) as exc:
             errors.append({"stage": "answers", "key": row["key"], "field": "text", "reason": "bad_request", "detail": str(exc)})
             continue
@@ -159,7 +161,11 @@ def answer_batch(
         results, ok = _call_isolated(call, prompts, todo_rows, errors, "answers", backbone)
         for row, result, good in zip(todo_rows, results, ok):
             if good:
-                answered.append({"key": row["key"], "backbone": row["backbone"], "kind": row["kind"], "logp_yes": float(result[0]), "logp_no": float(result[1])})
+                logp_yes, logp_no = float(result[0]), float(result[1])
+                answered.append({
+                    "key": row["key"], "backbone": row["backbone"], "kind": row["kind"], "logp_yes": logp_yes,
+                    "logp_no": logp_no, "answer_mass": float(answer_mass(logp_yes, logp_no)),
+                })
     answers = pa.Table.from_pylist(answered, schema=schema.ANSWERS) if answered else schema.ANSWERS.empty_table()
     return answers, _error_rows(errors, "answers")
 

@@ -173,8 +173,17 @@ class PartStore:
         columns = list(columns or self.schema.names)
         data = retrying(f"read {path}", lambda: self.fs.cat_file(path))
         try:
-            table = pq.read_table(pa.BufferReader(data), columns=columns)
-            table = table.cast(pa.schema([self.schema.field(c) for c in columns]))
+            # A part written before a nullable column existed reads with that column null
+            # (a missing `key` column still makes it a bad part).
+            present = set(pq.read_schema(pa.BufferReader(data)).names)
+            if "key" not in present:
+                raise BadPart(path, "no 'key' column")
+            table = pq.read_table(pa.BufferReader(data), columns=[c for c in columns if c in present])
+            for name in (c for c in columns if c not in present):
+                if not self.schema.field(name).nullable:
+                    raise BadPart(path, f"no {name!r} column")
+                table = table.append_column(name, pa.nulls(table.num_rows, self.schema.field(name).type))
+            table = table.select(columns).cast(pa.schema([self.schema.field(c) for c in columns]))
         except (pa.ArrowException, OSError, ValueError, KeyError, TypeError) as exc:
             raise BadPart(path, f"{type(exc).__name__}: {exc}"[:500]) from exc
         if table.column("key").null_count:
@@ -235,6 +244,9 @@ class PartStore:
         """
         if table.num_rows == 0:
             return None
+        for field in self.schema:  # a column added to the schema later may be missing: stored null
+            if field.name not in table.column_names and field.name != "key":
+                table = table.append_column(field.name, pa.nulls(table.num_rows, field.type))
         table = table.select(self.schema.names).cast(self.schema)
         keys = table.column("key").to_pylist()
         url = self.part_url(keys)

@@ -167,6 +167,10 @@ def summary_text(cfg: ResolvedConfig, result: RunResult) -> str:
     lines.append(f"{'stage':<10} {'unit':<16} {'needed':>8} {'cached':>8} {'sent':>8} {'failed':>7} {'seconds':>8}")
     for r in result.reports:
         lines.append(f"{r.stage:<10} {r.unit:<16} {r.needed:>8} {r.cached:>8} {r.sent:>8} {r.failed:>7} {r.seconds:>8.1f}")
+    mass_lines = [line for r in result.reports if hasattr(r, "mass_lines") for line in r.mass_lines()]
+    if mass_lines:
+        lines.append("")
+        lines += mass_lines
     lines.append("")
     lines.append("wall time per stage: " + ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items()))
     if result.errors is not None and result.errors.height:

@@ -18,7 +18,7 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from operators.engines.base import Prompt
 from operators.engines.spec import BackboneSpec
-from operators.engines.yesno import render_prompt, yes_no_logprobs, yes_no_token_ids
+from operators.engines.yesno import multi_token_spellings, render_prompt, yes_no_logprobs, yes_no_token_ids
 from operators.images import fit_pixels
 from operators.tiny_models import resolve_model_id
 
@@ -40,6 +40,8 @@ class HFEngine:
             path, revision=spec.revision, dtype=getattr(torch, dtype), trust_remote_code=spec.trust_remote_code
         ).to(self.device).eval()
         self.yes_ids, self.no_ids = yes_no_token_ids(self.tokenizer, spec.yes_spellings, spec.no_spellings)
+        self.multi_token_spellings = multi_token_spellings(self.tokenizer, [*spec.yes_spellings, *spec.no_spellings])
+        self.prompt_tokens = 0  # prompt tokens scored so far (image tokens included): for throughput reports
         text_config = self.model.config.get_text_config()
         self.max_prompt_tokens = spec.max_prompt_tokens or getattr(text_config, "max_position_embeddings", None)
 
@@ -68,6 +70,7 @@ class HFEngine:
         out = np.empty((len(prompts), 2), dtype=np.float64)
         for indices in self._batches(prompts):
             inputs = self._encode([prompts[i] for i in indices])
+            self.prompt_tokens += int(inputs["attention_mask"].sum())
             with torch.inference_mode():
                 logits = self.model(**inputs, logits_to_keep=1).logits[:, -1, :]
             logprobs = torch.log_softmax(logits.float(), dim=-1).cpu().numpy()
@@ -112,8 +115,10 @@ class HFEngine:
             render_prompt(self.processor, p, self.spec.chat_template_kwargs, self.spec.assistant_prefix)
             for p in prompts
         ]
+        # One list of images per prompt: processors that batch several images per prompt
+        # (Gemma-4) read a flat list as ONE prompt's images and reject any batch above 1.
         images = [
-            fit_pixels(p.image, self.spec.max_image_pixels, self.spec.min_image_pixels)
+            [fit_pixels(p.image, self.spec.max_image_pixels, self.spec.min_image_pixels)]
             for p in prompts if p.image is not None
         ]
         # The chat template already wrote any BOS; the tokenizer must not add a second one.
