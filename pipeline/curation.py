@@ -66,6 +66,9 @@ class ShardColumns:
 
     image: str = "image"  # binary image bytes, a path/URI string, or a {bytes, path} struct
     caption: str = "caption"
+    # Optional Parquet column holding a content hash of each referenced image (e.g. DataComp's
+    # sha256): such images are not read at ingest. Trusted as given; ignored for embedded bytes.
+    image_hash: str | None = None
 
 
 @dataclass
@@ -130,6 +133,8 @@ def validate_curation(cfg: ResolvedConfig) -> None:
     for key in ("image", "caption"):
         if not getattr(c.columns, key).strip():
             raise ConfigError(f"columns.{key}", "must name a column")
+    if c.columns.image_hash is not None and not (isinstance(c.columns.image_hash, str) and c.columns.image_hash.strip()):
+        raise ConfigError("columns.image_hash", "must name a column, or be null")
 
 
 def scoring_fingerprint(cfg: ResolvedConfig) -> str:
@@ -150,7 +155,7 @@ def scoring_fingerprint(cfg: ResolvedConfig) -> str:
             "max_questions": q.max_questions,
             "generator": [q.generator, cfg.backbones[q.generator].fingerprint()] if q.source == "model" and not q.per_backbone else None,
         },
-        "columns": [s.columns.image, s.columns.caption],
+        "columns": [s.columns.image, s.columns.caption] + ([s.columns.image_hash] if s.columns.image_hash else []),
     }
     return digest(json.dumps(parts, sort_keys=True).encode())[:16]
 
@@ -302,7 +307,7 @@ def run_curation(cfg: ResolvedConfig) -> CurationResult:
         pairs = read_pairs(todo, cfg)
         items, pair_errors = pairs_to_items(pairs, todo)
         error_tables.append(pair_errors)
-        items, report, errors = ingest.prepare_items(items)
+        items, report, errors = ingest.prepare_items(items, hash_cache=join_url(c.store, "image_hashes"))
         result.reports.append(report)
         error_tables += errors
 
@@ -438,6 +443,7 @@ def read_pairs(shards: list[Shard], cfg: ResolvedConfig) -> pl.DataFrame:
             "caption_column": c.columns.caption,
             "images_url": join_url(c.store, "images"),
             "reserved": [f"score_{m}" for m in c.metrics],
+            "hash_column": c.columns.image_hash,
         },
     )
     tables = list(dataset.iter_batches(batch_size=None, batch_format="pyarrow"))
@@ -456,7 +462,7 @@ def pairs_to_items(pairs: pl.DataFrame, shards: list[Shard]) -> tuple[pl.DataFra
     uris = {s.shard_id: s.uri for s in shards}
     good = pairs.filter(pl.col("reason").is_null())
     items = good.select(
-        "item_id", pl.col("shard_id").alias("benchmark"), "image_uri", "caption", pl.col("item_id").alias("group_id")
+        "item_id", pl.col("shard_id").alias("benchmark"), "image_uri", "image_hash", "caption", pl.col("item_id").alias("group_id")
     )
     items = pl.from_arrow(schema.conform(items.to_arrow(), schema.ITEMS, what="curation items"))
     bad = pairs.filter(pl.col("reason").is_not_null())

@@ -53,7 +53,7 @@ def run_sweep(cfg: ResolvedConfig) -> RunResult:
     with clock("ingest"):
         items, shipped_questions, problems = ingest.load_items(cfg.benchmarks)
         error_tables.append(problems)
-        items, report, errors = ingest.prepare_items(items)
+        items, report, errors = ingest.prepare_items(items, hash_cache=f"{s.store}/image_hashes")
         result.reports.append(report)
         error_tables += errors
         st.write_table(f"{result.run_dir}/items.parquet", schema.conform(items.to_arrow(), schema.ITEMS))
