@@ -143,6 +143,11 @@ class ComputeSpec:
     cpus_per_engine: float = 1.0
     rows_per_part: int = 256  # requests per engine call and written part (resume granularity)
     progress_bars: bool = True
+    # Memory ceilings (docs/cluster.md, "Memory"): backpressure instead of OOM kills.
+    object_store_memory_gb: float | None = None  # local Ray only; None: Ray's default (30% of RAM)
+    data_object_store_fraction: float = 0.5  # of the object store, what Ray Data may hold before it waits
+    task_memory_gb: float = 2.0  # reserved per shard-reading/publishing/hashing task
+    oom_retries: int = 3  # retries of a task killed for memory (Ray's default: forever); local Ray only
 
 
 @dataclass
@@ -448,6 +453,12 @@ def validate(cfg: ResolvedConfig, require_benchmarks: bool = True) -> None:
         raise ConfigError("compute.engines_per_backbone", "must be at least 1")
     if s.compute.rows_per_part < 1:
         raise ConfigError("compute.rows_per_part", "must be at least 1")
+    if not 0 < s.compute.data_object_store_fraction <= 1:
+        raise ConfigError("compute.data_object_store_fraction", "must be in (0, 1]")
+    if s.compute.task_memory_gb <= 0 or (s.compute.object_store_memory_gb is not None and s.compute.object_store_memory_gb <= 0):
+        raise ConfigError("compute.task_memory_gb", "memory sizes must be positive")
+    if s.compute.oom_retries < 0:
+        raise ConfigError("compute.oom_retries", "must be 0 or more")
     if not 0 < s.bootstrap.confidence < 1:
         raise ConfigError("bootstrap.confidence", "must be in (0, 1)")
     for name, b in cfg.backbones.items():

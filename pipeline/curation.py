@@ -45,7 +45,7 @@ from operators.hashing import digest, keys_digest
 from operators.metrics import yes_probability_expr
 from pipeline import store as st
 from pipeline.config import ConfigError, ResolvedConfig, SweepConfig, join_url, load_config, required_question_sets
-from pipeline.runtime import ensure_ray, git_commit, library_versions
+from pipeline.runtime import MemoryLimits, ensure_ray, git_commit, library_versions, task_options
 from pipeline.scoring import Timings, score_items_all_backbones
 from pipeline.shards import CHANGE_DETECTION, PAIRS, Shard, ShardError, current_version, discover, publish_task, read_pairs_task
 from pipeline.stages import ingest
@@ -299,7 +299,7 @@ def run_curation(cfg: ResolvedConfig) -> CurationResult:
 
     result.run_id = f"{time.strftime('%Y%m%d', time.gmtime())}-{keys_digest(f'{s.uri}@{s.version}' for s in todo)[:8]}"
     result.run_dir = run_dir = join_url(c.output, "runs", result.run_id)
-    ensure_ray(c.compute.address, c.compute.num_cpus, c.compute.progress_bars)
+    ensure_ray(c.compute.address, c.compute.num_cpus, c.compute.progress_bars, MemoryLimits.from_compute(c.compute))
     log.info("curation %s: %d new or changed shard(s) of %d; run %s", c.name, len(todo), len(found), result.run_id)
 
     error_tables: list[pa.Table] = []
@@ -381,7 +381,7 @@ def decide(cfg: ResolvedConfig) -> CurationResult:
                 continue
             decided.append((shard, decisions))
         if decided:
-            ensure_ray(c.compute.address, c.compute.num_cpus, c.compute.progress_bars)
+            ensure_ray(c.compute.address, c.compute.num_cpus, c.compute.progress_bars, MemoryLimits.from_compute(c.compute))
         failures = publish(decided, c.output)
         failed = set(failures["benchmark"].to_list())
         for uri in sorted(manifest.shards):
@@ -445,6 +445,7 @@ def read_pairs(shards: list[Shard], cfg: ResolvedConfig) -> pl.DataFrame:
             "reserved": [f"score_{m}" for m in c.metrics],
             "hash_column": c.columns.image_hash,
         },
+        **task_options(),
     )
     tables = list(dataset.iter_batches(batch_size=None, batch_format="pyarrow"))
     pairs = pl.from_arrow(pa.concat_tables([t.cast(PAIRS) for t in tables])) if tables else pl.from_arrow(PAIRS.empty_table())
@@ -538,7 +539,7 @@ def publish(decided: list[tuple[Shard, pl.DataFrame]], output: str) -> pl.DataFr
             for s, d in decided
         ],
         override_num_blocks=len(decided),
-    ).map_batches(publish_task, batch_size=1, batch_format="pyarrow")
+    ).map_batches(publish_task, batch_size=1, batch_format="pyarrow", **task_options())
     tables = list(dataset.iter_batches(batch_size=None, batch_format="pyarrow"))
     return pl.from_arrow(pa.concat_tables([schema.conform(t, schema.ERRORS) for t in tables])) if tables else pl.from_arrow(schema.ERRORS.empty_table())
 

@@ -17,7 +17,7 @@ import pyarrow as pa
 from operators import schema
 from pipeline import store as st
 from pipeline.config import ResolvedConfig
-from pipeline.runtime import ensure_ray, git_commit, library_versions
+from pipeline.runtime import MemoryLimits, ensure_ray, git_commit, library_versions
 from pipeline.scoring import Timings, score_items_all_backbones
 from pipeline.stages import ingest
 from pipeline.stages.engine_stage import StageReport
@@ -47,7 +47,7 @@ def run_sweep(cfg: ResolvedConfig) -> RunResult:
     clock = result.timings
     error_tables: list[pa.Table] = []
     t_start = time.perf_counter()
-    ensure_ray(s.compute.address, s.compute.num_cpus, s.compute.progress_bars)
+    ensure_ray(s.compute.address, s.compute.num_cpus, s.compute.progress_bars, MemoryLimits.from_compute(s.compute))
 
     # -- ingest ----------------------------------------------------------------------------
     with clock("ingest"):

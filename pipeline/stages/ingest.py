@@ -11,6 +11,7 @@ import pyarrow as pa
 from operators import schema
 from operators.ingest import hash_cache_keys, hash_images
 from pipeline.config import BenchmarkSpec
+from pipeline.runtime import task_options
 from pipeline.stages.engine_stage import StageReport
 from pipeline.store import PartStore
 
@@ -105,7 +106,7 @@ def hash_item_images(items: pl.DataFrame, rows_per_task: int = 64, cache_url: st
     if uris.height:
         table = uris.select("image_uri").to_arrow()
         blocks = [table.slice(i, rows_per_task) for i in range(0, table.num_rows, rows_per_task)]
-        hashed_ds = ray.data.from_arrow(blocks).map_batches(hash_images, batch_format="pyarrow", batch_size=rows_per_task)
+        hashed_ds = ray.data.from_arrow(blocks).map_batches(hash_images, batch_format="pyarrow", batch_size=rows_per_task, **task_options())
         hashed = pl.from_arrow(pa.concat_tables(list(hashed_ds.iter_batches(batch_size=None, batch_format="pyarrow"))))
     else:
         hashed = pl.DataFrame(schema={"image_uri": pl.String, "image_hash": pl.String, "error": pl.String})
