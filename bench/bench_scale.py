@@ -226,6 +226,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, nargs="+", default=[100_000], help="night sizes (1,000,000 is opt-in: long)")
     parser.add_argument("--per-shard", type=int, default=5000, help="pairs per shard")
     parser.add_argument("--rows-per-part", type=int, default=256, help="compute.rows_per_part (256: today's preset)")
+    parser.add_argument("--also-rows-per-part", type=int, default=None, help="run this checkout once more with this rows_per_part")
     parser.add_argument("--baseline", default=None, help="another checkout (e.g. /work/main): run each size on its code first")
     parser.add_argument("--store-factor", type=int, default=10, help="missing-key check against a store this many times the night (0: skip)")
     parser.add_argument("--missing-keys", type=int, default=100_000, help="night keys probed in the missing-key check")
@@ -252,10 +253,13 @@ def main() -> None:
             start = time.perf_counter()
             write_shards(inputs, n, args.per_shard, offset=0)
             print(f"{n:,} pairs written in {time.perf_counter() - start:.0f} s ({inputs})", flush=True)
-            for code in [c for c in (args.baseline, str(ROOT)) if c]:
+            runs = [(c, args.rows_per_part) for c in (args.baseline, str(ROOT)) if c]
+            if args.also_rows_per_part:
+                runs.append((str(ROOT), args.also_rows_per_part))
+            for code, rows_per_part in runs:
                 work = base / f"work-{n}-{len(cases)}"
                 cmd = [sys.executable, __file__, "--one", "--code", code, "--work", str(work), "--inputs", str(inputs),
-                       "--warmup", str(base / "warmup"), "--rows-per-part", str(args.rows_per_part),
+                       "--warmup", str(base / "warmup"), "--rows-per-part", str(rows_per_part),
                        "--store-factor", str(args.store_factor), "--missing-keys", str(args.missing_keys),
                        "--actor-requests", str(args.actor_requests)]
                 cmd += [f"--set={s}" for s in args.set]
@@ -271,11 +275,14 @@ def main() -> None:
                 cases.append(case)
                 print_case(case)
                 shutil.rmtree(work, ignore_errors=True)
-            if args.baseline and len(cases) >= 2 and cases[-1]["pairs"] == cases[-2]["pairs"]:
-                old, new = cases[-2], cases[-1]
-                print(f"    new / baseline at {n:,} pairs: requests/s x{new['requests_per_s'] / old['requests_per_s']:.2f}, "
-                      f"driver RSS x{new['driver_peak_rss_mb'] / old['driver_peak_rss_mb']:.2f}, "
-                      f"all-cached rerun x{new['all_cached_rerun_s'] / old['all_cached_rerun_s']:.2f}", flush=True)
+            here = [c for c in cases if c["pairs"] == n]
+            if args.baseline and len(here) >= 2 and here[0]["code"] == args.baseline:
+                old = here[0]
+                for new in here[1:]:
+                    print(f"    this checkout (rows_per_part {new['rows_per_part']}) / baseline at {n:,} pairs: "
+                          f"requests/s x{new['requests_per_s'] / old['requests_per_s']:.2f}, "
+                          f"driver RSS x{new['driver_peak_rss_mb'] / old['driver_peak_rss_mb']:.2f}, "
+                          f"all-cached rerun x{new['all_cached_rerun_s'] / old['all_cached_rerun_s']:.2f}", flush=True)
             shutil.rmtree(inputs, ignore_errors=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)

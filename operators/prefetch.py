@@ -9,6 +9,7 @@ decodes, so the threads really run side by side.
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -20,6 +21,18 @@ U = TypeVar("U")
 
 DECODE_THREADS = 4  # images of one micro-batch decoded side by side
 DEFAULT_MICRO_BATCH = 256  # rows per engine call when the engine does not say
+
+_pools: dict[str, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+
+
+def _pool(name: str, workers: int) -> ThreadPoolExecutor:
+    """A process-wide thread pool, started once: an actor answers thousands of batches, and
+    starting threads per batch costs more than a small batch's decode."""
+    with _pools_lock:
+        if name not in _pools:
+            _pools[name] = ThreadPoolExecutor(workers, thread_name_prefix=name)
+        return _pools[name]
 
 
 def rows_of(batch: pa.Table) -> list[dict]:
@@ -56,17 +69,24 @@ def pipelined(items: Iterable[T], prepare: Callable[[T], U], consume: Callable[[
     running in a background thread during the current `consume`.
 
     `prepare` calls run one at a time, in order; an exception in either is raised here.
+    A single item has nothing to overlap with and runs in the caller's thread.
     """
     items = list(items)
-    if not items:
+    if len(items) <= 1:
+        for item in items:
+            consume(item, prepare(item))
         return
-    with ThreadPoolExecutor(1, thread_name_prefix="prefetch") as pool:
-        upcoming = pool.submit(prepare, items[0])
+    pool = _pool("prefetch", 1)
+    upcoming = pool.submit(prepare, items[0])
+    try:
         for k, item in enumerate(items):
             prepared = upcoming.result()
             if k + 1 < len(items):
                 upcoming = pool.submit(prepare, items[k + 1])
             consume(item, prepared)
+    finally:
+        if not upcoming.cancel():  # never leave a prepare running past the call
+            upcoming.exception()
 
 
 class ImageCache:
@@ -89,8 +109,7 @@ class ImageCache:
             if h is not None and h not in self.images and h not in self.failures and h not in wanted:
                 wanted[h] = row["image_uri"]
         if len(wanted) > 1 and self.threads > 1:
-            with ThreadPoolExecutor(min(self.threads, len(wanted)), thread_name_prefix="decode") as pool:
-                outcomes = list(pool.map(self._decode, wanted.values()))
+            outcomes = list(_pool(f"decode{self.threads}", self.threads).map(self._decode, wanted.values()))
         else:
             outcomes = [self._decode(uri) for uri in wanted.values()]
         for h, (image, failure) in zip(wanted, outcomes, strict=True):
