@@ -72,13 +72,15 @@ class _TimedEngine:
     def __init__(self, engine):
         self.engine = engine
         self.seconds = 0.0
+        self.cpu_seconds = 0.0
 
     def score_yes_no(self, prompts):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         try:
             return self.engine.score_yes_no(prompts)
         finally:
             self.seconds += time.perf_counter() - start
+            self.cpu_seconds += time.process_time() - cpu
 
     def __getattr__(self, name):
         return getattr(self.engine, name)
@@ -107,12 +109,13 @@ def actor_overhead(cfg, items, n_requests: int, rows_per_part: int, store_url: s
     worker = engine_stage.AnswerWorker(backbone=backbone, templates=cfg.prompts.templates, store_url=store_url)
     timed = _TimedEngine(worker.engine)
     worker.engine = timed
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for offset in range(0, requests.num_rows, rows_per_part):
         worker(requests.slice(offset, rows_per_part))
-    wall = time.perf_counter() - start
-    n = requests.num_rows
-    return {"requests": n, "wall_s": wall, "engine_s": timed.seconds, "overhead_us": (wall - timed.seconds) / max(n, 1) * 1e6}
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    n = max(requests.num_rows, 1)
+    return {"requests": requests.num_rows, "wall_s": wall, "engine_s": timed.seconds, "overhead_us": (wall - timed.seconds) / n * 1e6,
+            "cpu_overhead_us": (cpu - timed.cpu_seconds) / n * 1e6}
 
 
 def missing_check(store_url: str, night_keys, factor: int, rows_per_part: int) -> dict:
@@ -209,7 +212,8 @@ def print_case(c: dict) -> None:
           f"{c['requests_per_s']:,.0f} requests/s ({c['requests_sent']:,} sent), {c['pairs_per_s']:,.0f} pairs/s", flush=True)
     print(f"    stages (s): {stages}")
     print(f"    answers stage on Ray: {c['answers_stage_us_per_request']:.1f} us/request; actor in process: "
-          f"{a['overhead_us']:.1f} us/request excluding the engine ({a['requests']:,} requests, engine {a['engine_s']:.2f} of {a['wall_s']:.2f} s)")
+          f"{a['overhead_us']:.1f} us/request excluding the engine, CPU {a.get('cpu_overhead_us', float('nan')):.1f} us "
+          f"({a['requests']:,} requests, engine {a['engine_s']:.2f} of {a['wall_s']:.2f} s)")
     print(f"    driver peak RSS {c['driver_peak_rss_mb']:,.0f} MB (after warm-up {c['driver_rss_before_mb']:,.0f} MB); "
           f"answers {c['answer_parts']:,} parts / {c['answer_bytes'] / 1e6:.1f} MB, generations {c['generation_parts']:,} parts / {c['generation_bytes'] / 1e6:.1f} MB")
     print(f"    same night again {c['same_night_again_s']:.1f} s; all-cached rerun {c['all_cached_rerun_s']:.1f} s "

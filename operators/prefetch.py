@@ -10,6 +10,7 @@ decodes, so the threads really run side by side.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -19,7 +20,8 @@ import pyarrow as pa
 T = TypeVar("T")
 U = TypeVar("U")
 
-DECODE_THREADS = 4  # images of one micro-batch decoded side by side
+DECODE_THREADS = 4  # images of one micro-batch decoded side by side, when decoding is slow
+SLOW_DECODE_S = 0.002  # a first image slower than this: decode the rest in threads (large JPEGs)
 DEFAULT_MICRO_BATCH = 256  # rows per engine call when the engine does not say
 
 _pools: dict[str, ThreadPoolExecutor] = {}
@@ -92,8 +94,10 @@ def pipelined(items: Iterable[T], prepare: Callable[[T], U], consume: Callable[[
 class ImageCache:
     """The decoded images of one batch, by content hash; each distinct image decoded once.
 
-    `load(rows)` decodes the rows' images not seen yet (in `threads` threads) and returns
-    the shared (images, failures) maps; a failure is the error text of an unreadable image.
+    `load(rows)` decodes the rows' images not seen yet and returns the shared (images,
+    failures) maps; a failure is the error text of an unreadable image. When the first image
+    takes longer than SLOW_DECODE_S (real photos: ~10 ms), the rest are decoded in `threads`
+    threads; small images are cheaper to decode than to hand to a thread.
     """
 
     def __init__(self, load_image: Callable[[str], object], threads: int = DECODE_THREADS):
@@ -108,10 +112,16 @@ class ImageCache:
             h = row.get("image_hash")
             if h is not None and h not in self.images and h not in self.failures and h not in wanted:
                 wanted[h] = row["image_uri"]
-        if len(wanted) > 1 and self.threads > 1:
-            outcomes = list(_pool(f"decode{self.threads}", self.threads).map(self._decode, wanted.values()))
-        else:
-            outcomes = [self._decode(uri) for uri in wanted.values()]
+        uris = list(wanted.values())
+        outcomes = []
+        if uris:
+            start = time.perf_counter()
+            outcomes.append(self._decode(uris[0]))
+            slow = time.perf_counter() - start > SLOW_DECODE_S
+            if slow and len(uris) > 2 and self.threads > 1:
+                outcomes += _pool(f"decode{self.threads}", self.threads).map(self._decode, uris[1:])
+            else:
+                outcomes += [self._decode(uri) for uri in uris[1:]]
         for h, (image, failure) in zip(wanted, outcomes, strict=True):
             if failure is None:
                 self.images[h] = image

@@ -108,3 +108,17 @@ def test_micro_batch_size_follows_the_engine():
     cache = ImageCache(lambda uri: uri.upper(), threads=2)
     images, failures = cache.load([{"image_hash": "a", "image_uri": "x"}, {"image_hash": None}, {"image_hash": "a", "image_uri": "x"}])
     assert images == {"a": "X"} and failures == {}
+
+
+def test_slow_images_decode_in_threads_and_fast_ones_inline():
+    def slow(uri):
+        time.sleep(0.1)
+        return threading.current_thread().name
+
+    rows = [{"image_hash": f"h{i}", "image_uri": f"/img/{i}"} for i in range(5)]
+    start = time.perf_counter()
+    images, _ = ImageCache(slow, threads=4).load(rows)
+    assert time.perf_counter() - start < 0.1 + 2 * 0.1 + 0.1  # first alone, then four side by side (not 0.5 s)
+    assert sum(name.startswith("decode") for name in images.values()) == 4
+    images, _ = ImageCache(lambda uri: threading.current_thread().name, threads=4).load(rows)
+    assert set(images.values()) == {threading.current_thread().name}  # cheap images: no hand-off
