@@ -14,6 +14,7 @@ import pyarrow as pa
 from operators import schema
 from operators.engines.base import Engine, Prompt
 from operators.engines.yesno import answer_mass
+from operators.prefetch import ImageCache, chunks, micro_batch_size, pipelined, rows_of, table_of
 from operators.prompts import fill
 
 # request kind -> (template name, placeholder the request text fills)
@@ -127,15 +128,30 @@ def answer_batch(
     load_image: ImageLoader,
     *,
     system: str | None = None,
+    micro_batch: int | None = None,
 ) -> tuple[pa.Table, pa.Table]:
     """Answer a batch of requests (operators.schema.REQUESTS rows).
 
     Returns (answers, errors): answers has operators.schema.ANSWERS rows for every request
-    that was answered; every other request has exactly one row in errors.
+    that was answered; every other request has exactly one row in errors. The engine is
+    called per micro-batch (`micro_batch` rows, default operators.prefetch.micro_batch_size)
+    while the next micro-batch's images decode in the background.
     """
-    rows = batch.to_pylist()
-    images, failures = _load_images(rows, load_image)
+    rows = rows_of(batch)
     errors: list[dict] = []
+    answered: list[dict] = []
+    # Micro-batches: the images of the next one decode in a thread while the engine runs this one.
+    cache = ImageCache(load_image)
+    pipelined(
+        chunks(rows, micro_batch_size(engine, micro_batch)),
+        lambda chunk: cache.load(r for r in chunk if r["kind"] != "caption"),
+        lambda chunk, loaded: _answer_chunk(engine, chunk, *loaded, templates, system, errors, answered),
+    )
+    return table_of(answered, schema.ANSWERS), _error_rows(errors, "answers")
+
+
+def _answer_chunk(engine: Engine, rows: list[dict], images: Mapping, failures: Mapping, templates: Mapping[str, str], system: str | None, errors: list[dict], answered: list[dict]) -> None:
+    """Answer one micro-batch whose images are decoded; appends to `answered` and `errors`."""
     todo_rows, prompts = [], []
     for row in rows:
         problem = None if row["kind"] == "caption" else _image_problem(row, failures, "answers")
@@ -150,7 +166,6 @@ def answer_batch(
             continue
         todo_rows.append(row)
 
-    answered = []
     prompts, todo_rows = _drop_too_long(engine, prompts, todo_rows, errors, "answers")
     if prompts:
         backbone = rows[0]["backbone"]
@@ -166,8 +181,6 @@ def answer_batch(
                     "key": row["key"], "backbone": row["backbone"], "kind": row["kind"], "logp_yes": logp_yes,
                     "logp_no": logp_no, "answer_mass": float(answer_mass(logp_yes, logp_no)),
                 })
-    answers = pa.Table.from_pylist(answered, schema=schema.ANSWERS) if answered else schema.ANSWERS.empty_table()
-    return answers, _error_rows(errors, "answers")
 
 
 def generate_batch(

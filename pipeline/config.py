@@ -149,6 +149,11 @@ class ComputeSpec:
     cpus_per_engine: float = 1.0
     rows_per_part: int = 256  # requests per engine call and written part (resume granularity)
     progress_bars: bool = True
+    # Memory ceilings (docs/cluster.md, "Memory"): backpressure instead of OOM kills.
+    object_store_memory_gb: float | None = None  # local Ray only; None: Ray's default (30% of RAM)
+    data_object_store_fraction: float = 0.5  # of the object store, what Ray Data may hold before it waits
+    task_memory_gb: float = 2.0  # reserved per shard-reading/publishing/hashing task
+    oom_retries: int = 3  # retries of a task killed for memory (Ray's default: forever); local Ray only
 
 
 @dataclass
@@ -557,6 +562,10 @@ def validate_ranges(cfg: ResolvedConfig) -> None:
     _at_least("compute.gpus_per_engine", c.gpus_per_engine, 0, optional=True)
     _within("compute.cpus_per_engine", c.cpus_per_engine, 0, math.inf, low_open=True, high_open=True)
     _at_least("compute.rows_per_part", c.rows_per_part, 1)
+    _within("compute.data_object_store_fraction", c.data_object_store_fraction, 0, 1, low_open=True)
+    _within("compute.task_memory_gb", c.task_memory_gb, 0, math.inf, low_open=True, high_open=True)
+    _within("compute.object_store_memory_gb", c.object_store_memory_gb, 0, math.inf, low_open=True, high_open=True, optional=True)
+    _at_least("compute.oom_retries", c.oom_retries, 0)
     _within("lease.ttl_s", s.lease.ttl_s, 0, math.inf, low_open=True, high_open=True)
     for name, b in cfg.backbones.items():
         key = f"backbone {name}"

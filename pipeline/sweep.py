@@ -19,7 +19,7 @@ from pipeline import runstate
 from pipeline import store as st
 from pipeline.config import ResolvedConfig, check_benchmark_folders
 from pipeline.lease import Lease
-from pipeline.runtime import ensure_ray, git_commit, library_versions
+from pipeline.runtime import MemoryLimits, ensure_ray, git_commit, library_versions
 from pipeline.scoring import Timings, score_items_all_backbones
 from pipeline.stages import ingest
 from pipeline.stages.engine_stage import StageReport
@@ -64,13 +64,13 @@ def _run(cfg: ResolvedConfig, lease: Lease) -> RunResult:
     clock = result.timings
     error_tables: list[pa.Table] = []
     t_start = time.perf_counter()
-    ensure_ray(s.compute.address, s.compute.num_cpus, s.compute.progress_bars)
+    ensure_ray(s.compute.address, s.compute.num_cpus, s.compute.progress_bars, MemoryLimits.from_compute(s.compute))
 
     # -- ingest ----------------------------------------------------------------------------
     with clock("ingest"):
         items, shipped_questions, problems = ingest.load_items(cfg.benchmarks)
         error_tables.append(problems)
-        items, report, errors = ingest.prepare_items(items)
+        items, report, errors = ingest.prepare_items(items, hash_cache=f"{s.store}/image_hashes")
         result.reports.append(report)
         error_tables += errors
         st.write_table(f"{result.run_dir}/items.parquet", schema.conform(items.to_arrow(), schema.ITEMS))

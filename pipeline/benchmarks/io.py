@@ -202,12 +202,17 @@ def extract_image(folder: Folder, data: bytes | None, name_hint: str | None = No
     Content addressing makes extraction idempotent and shared: the same image (across
     reruns, or repeated in a release) is written once, at `<hh>/<hash>.<ext>`.
     """
+    path, _ = content_address(folder, data, name_hint)
+    folder.write_once(path, data)
+    return folder.uri(path)
+
+
+def content_address(folder: Folder, data: bytes | None, name_hint: str | None = None) -> tuple[str, str]:
+    """(path under `folder`, image hash) where `extract_image` stores these bytes."""
     if not data:
         raise BadRecord(None, "embedded image has no bytes")
     digest = image_hash(data)
-    path = posixpath.join(folder.path, digest[:2], f"{digest}.{_image_extension(data, name_hint)}")
-    folder.write_once(path, data)
-    return folder.uri(path)
+    return posixpath.join(folder.path, digest[:2], f"{digest}.{_image_extension(data, name_hint)}"), digest
 
 
 _SIGNATURES = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "jpg"), (b"GIF8", "gif"), (b"BM", "bmp"))
