@@ -5,7 +5,8 @@ pass the rule and publishes filtered shards with their scores and per-question e
 Rerunning the same night does nothing. Change the rule without any model work:
 `python jobs/curate.py curation=default decide_only=true min_score=0.7`.
 On a cluster: `ray job submit --working-dir . -- python jobs/curate.py root=s3://bucket/depict inputs=[s3://bucket/incoming/]`.
-See docs/curation.md.
+Exit codes: 0 done, 2 bad input, 3 another curation holds the lease on this output
+(it expires after lease.ttl_s; lease.force=true takes it over). See docs/curation.md.
 """
 from __future__ import annotations
 
@@ -15,25 +16,22 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runnable from a fresh clone
 
-from pipeline.config import ConfigError  # noqa: E402
+from pipeline.cli import guarded, one_line  # noqa: E402
 from pipeline.curation import load_curation_config, run_curation, summary_text  # noqa: E402
 from pipeline.shards import ShardError  # noqa: E402
 
 
+@guarded  # bad config or command line: one line, exit 2; another curation on this output: exit 3
 def main(argv: list[str]) -> int:
     if {"-h", "--help"} & set(argv):
         print(__doc__)
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        cfg = load_curation_config(argv)
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        return 2
+    cfg = load_curation_config(argv)
     try:
         result = run_curation(cfg)
     except ShardError as exc:  # e.g. an input file named in the config does not exist
-        print(exc, file=sys.stderr)
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
     print(summary_text(result))
     return 0

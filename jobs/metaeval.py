@@ -18,16 +18,16 @@ table and writes statistics/deltas as .parquet and .csv under `out` (default
 """
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
-if importlib.util.find_spec("pipeline") is None:  # a fresh clone without `pip install -e .`
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code, as the other jobs
 
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf  # noqa: E402
 
-from pipeline.metaeval import evaluate_files, evaluate_released, format_table, write_result
+from pipeline.cli import InputError, guarded  # noqa: E402
+from pipeline.config import MIN_RESAMPLES, PROTOCOL_STATISTICS, TIE_POLICIES, ConfigError, parse_overrides  # noqa: E402
+from pipeline.metaeval import evaluate_files, evaluate_released, format_table, write_result  # noqa: E402
 
 DEFAULTS = {
     "scores": "???", "human": None, "kind": "correlation", "out": "metaeval_results",
@@ -38,29 +38,55 @@ DEFAULTS = {
 READER_OPTIONS = {"dsg": ("answer_rule", "split"), "tifa": (), "genai_bench": ("skills",)}
 
 
+def check(args) -> None:
+    """Ranges and choices, before any file is read."""
+    if args.kind not in PROTOCOL_STATISTICS:
+        raise ConfigError("kind", f"must be one of {tuple(PROTOCOL_STATISTICS)}, got {args.kind!r}")
+    if args.tie_policy not in TIE_POLICIES:
+        raise ConfigError("tie_policy", f"must be one of {TIE_POLICIES}, got {args.tie_policy!r}")
+    for key, low in (("n_resamples", MIN_RESAMPLES), ("seed", 0)):
+        value = args[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise ConfigError(key, f"must be a whole number >= {low}, got {value!r}")
+    for key in ("metrics", "baselines"):
+        value = args[key]
+        if value is not None and (isinstance(value, str) or not all(isinstance(v, str) and v for v in value)):
+            raise ConfigError(key, f"must be a list of metric ids like [depict,vqascore], got {value!r}")
+
+
+@guarded  # a bad option or a missing file: one line, exit 2
 def main(argv: list[str] | None = None) -> int:
-    args = OmegaConf.merge(OmegaConf.create(DEFAULTS), OmegaConf.from_cli(argv if argv is not None else sys.argv[1:]))
+    argv = list(argv if argv is not None else sys.argv[1:])
+    if {"-h", "--help"} & set(argv):
+        print(__doc__)
+        return 0
+    _, cli = parse_overrides(argv, preset_key="-")  # "key=value" only; a malformed value names its key
+    args = OmegaConf.merge(OmegaConf.create(DEFAULTS), cli)
     unknown = sorted(set(args) - set(DEFAULTS))
     needs_human = args.released in (None, "dsg", "genai_bench")
     if unknown or OmegaConf.is_missing(args, "scores") or (needs_human and args.human is None):
         print(__doc__ + (f"\nunknown option(s): {unknown}" if unknown else ""), file=sys.stderr)
         return 2
+    check(args)
 
     def as_list(value):
         return None if value is None else [str(v) for v in value]
 
     common = dict(baselines=as_list(args.baselines), n_resamples=int(args.n_resamples), seed=int(args.seed))
-    if args.released is not None:
-        reader = {k: args[k] for k in READER_OPTIONS.get(str(args.released), ()) if args[k] is not None}
-        result = evaluate_released(
-            str(args.released), args.scores, args.human, reader_options=reader,
-            no_questions=args.no_questions, target=args.target, **common,
-        )  # fmt: skip
-    else:
-        result = evaluate_files(
-            args.scores, args.human, args.kind, metrics=as_list(args.metrics), no_questions=args.no_questions,
-            target=args.target or "depict", tie_policy=args.tie_policy, **common,
-        )  # fmt: skip
+    try:
+        if args.released is not None:
+            reader = {k: args[k] for k in READER_OPTIONS.get(str(args.released), ()) if args[k] is not None}
+            result = evaluate_released(
+                str(args.released), args.scores, args.human, reader_options=reader,
+                no_questions=args.no_questions, target=args.target, **common,
+            )  # fmt: skip
+        else:
+            result = evaluate_files(
+                args.scores, args.human, args.kind, metrics=as_list(args.metrics), no_questions=args.no_questions,
+                target=args.target or "depict", tie_policy=args.tie_policy, **common,
+            )  # fmt: skip
+    except ValueError as exc:  # a malformed input file: the message names file and column
+        raise InputError(str(exc)) from exc
     print(format_table(result))
     for path in write_result(result, args.out):
         print(f"wrote {path}")
@@ -68,4 +94,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -3,6 +3,8 @@
 Locally this starts Ray on this machine; on a cluster submit it with
 `ray job submit --working-dir . -- python jobs/sweep.py sweep=paper root=s3://bucket/depict`.
 Overrides use OmegaConf dot-list syntax: backbones=[qwen3_5-4b] compute.engines_per_backbone=4.
+Exit codes: 0 done, 2 bad input (one line naming the key or path), 3 another sweep is writing
+the same run folder (docs/troubleshooting.md).
 """
 from __future__ import annotations
 
@@ -12,20 +14,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runnable from a fresh clone
 
-from pipeline.config import ConfigError, load_config  # noqa: E402
+from pipeline.cli import guarded  # noqa: E402
+from pipeline.config import load_config  # noqa: E402
 from pipeline.sweep import run_sweep, summary_text  # noqa: E402
 
 
+@guarded  # a bad value, a malformed override or a missing folder: one line, exit 2
 def main(argv: list[str]) -> int:
     if {"-h", "--help"} & set(argv):
         print(__doc__)
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        cfg = load_config(argv)
-    except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        return 2
+    cfg = load_config(argv)
     result = run_sweep(cfg)
     print(summary_text(cfg, result))
     return 0

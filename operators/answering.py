@@ -13,6 +13,8 @@ import pyarrow as pa
 
 from operators import schema
 from operators.engines.base import Engine, Prompt
+from operators.engines.yesno import answer_mass
+from operators.prefetch import ImageCache, chunks, micro_batch_size, pipelined, rows_of, table_of
 from operators.prompts import fill
 
 # request kind -> (template name, placeholder the request text fills)
@@ -36,7 +38,8 @@ def _error_rows(rows: list[dict], stage: str) -> pa.Table:
     return schema.conform(pa.Table.from_pylist(rows), schema.ERRORS, what="errors") if rows else schema.ERRORS.empty_table()
 
 
-def _prompt(kind: str, row: Mapping, templates: Mapping[str, str], image, system: str | None) -> Prompt:
+def answer_prompt(kind: str, row: Mapping, templates: Mapping[str, str], image, system: str | None) -> Prompt:
+    """The engine prompt of one yes/no request (row: text, and caption for caption-only kinds)."""
     template_name, field = ANSWER_TEMPLATES[kind]
     values = {field: row["text"]}
     if kind == "caption":
@@ -68,6 +71,35 @@ def _image_problem(row: Mapping, failures: Mapping[str, str], stage: str) -> dic
     return None
 
 
+def _drop_too_long(engine: Engine, prompts: list, rows: list[dict], errors: list[dict], stage: str) -> tuple[list, list[dict]]:
+    """Refuse prompts longer than the engine's limit before any model work: each becomes an
+    error row `prompt_too_long` (one over-long prompt would otherwise pad a whole batch past
+    the model's positions and exhaust the worker's memory)."""
+    limit = getattr(engine, "max_prompt_tokens", None)
+    measure = getattr(engine, "prompt_lengths", None)
+    if not prompts or limit is None or measure is None:
+        return prompts, rows
+    try:
+        lengths = measure(prompts)
+    except Exception:  # measure one by one; a prompt that cannot be measured goes to the engine,
+        lengths = [_length_or_zero(measure, p) for p in prompts]  # which isolates its failure
+    kept_prompts, kept_rows = [], []
+    for prompt, row, n in zip(prompts, rows, lengths, strict=True):
+        if n > limit:
+            errors.append({"stage": stage, "key": row["key"], "source": row.get("backbone"), "field": "text", "reason": "prompt_too_long", "detail": f"{n} prompt tokens > max_prompt_tokens {limit} (backbone {row.get('backbone')!r})"})
+        else:
+            kept_prompts.append(prompt)
+            kept_rows.append(row)
+    return kept_prompts, kept_rows
+
+
+def _length_or_zero(measure: Callable[[list], list[int]], prompt) -> int:
+    try:
+        return measure([prompt])[0]
+    except Exception:
+        return 0
+
+
 def _call_isolated(call: Callable[[list], list], prompts: list, rows: list[dict], errors: list[dict], stage: str, backbone: str):
     """Call the engine on the whole batch; if that fails, retry one by one so that only the
     prompts that really fail become error rows. Returns (results, ok flags)."""
@@ -96,15 +128,30 @@ def answer_batch(
     load_image: ImageLoader,
     *,
     system: str | None = None,
+    micro_batch: int | None = None,
 ) -> tuple[pa.Table, pa.Table]:
     """Answer a batch of requests (operators.schema.REQUESTS rows).
 
     Returns (answers, errors): answers has operators.schema.ANSWERS rows for every request
-    that was answered; every other request has exactly one row in errors.
+    that was answered; every other request has exactly one row in errors. The engine is
+    called per micro-batch (`micro_batch` rows, default operators.prefetch.micro_batch_size)
+    while the next micro-batch's images decode in the background.
     """
-    rows = batch.to_pylist()
-    images, failures = _load_images(rows, load_image)
+    rows = rows_of(batch)
     errors: list[dict] = []
+    answered: list[dict] = []
+    # Micro-batches: the images of the next one decode in a thread while the engine runs this one.
+    cache = ImageCache(load_image)
+    pipelined(
+        chunks(rows, micro_batch_size(engine, micro_batch)),
+        lambda chunk: cache.load(r for r in chunk if r["kind"] != "caption"),
+        lambda chunk, loaded: _answer_chunk(engine, chunk, *loaded, templates, system, errors, answered),
+    )
+    return table_of(answered, schema.ANSWERS), _error_rows(errors, "answers")
+
+
+def _answer_chunk(engine: Engine, rows: list[dict], images: Mapping, failures: Mapping, templates: Mapping[str, str], system: str | None, errors: list[dict], answered: list[dict]) -> None:
+    """Answer one micro-batch whose images are decoded; appends to `answered` and `errors`."""
     todo_rows, prompts = [], []
     for row in rows:
         problem = None if row["kind"] == "caption" else _image_problem(row, failures, "answers")
@@ -113,13 +160,13 @@ def answer_batch(
             continue
         try:
             image = None if row["kind"] == "caption" else images[row["image_hash"]]
-            prompts.append(_prompt(row["kind"], row, templates, image, system))
+            prompts.append(answer_prompt(row["kind"], row, templates, image, system))
         except (KeyError, TypeError) as exc:
             errors.append({"stage": "answers", "key": row["key"], "field": "text", "reason": "bad_request", "detail": str(exc)})
             continue
         todo_rows.append(row)
 
-    answered = []
+    prompts, todo_rows = _drop_too_long(engine, prompts, todo_rows, errors, "answers")
     if prompts:
         backbone = rows[0]["backbone"]
 
@@ -129,9 +176,11 @@ def answer_batch(
         results, ok = _call_isolated(call, prompts, todo_rows, errors, "answers", backbone)
         for row, result, good in zip(todo_rows, results, ok):
             if good:
-                answered.append({"key": row["key"], "backbone": row["backbone"], "kind": row["kind"], "logp_yes": float(result[0]), "logp_no": float(result[1])})
-    answers = pa.Table.from_pylist(answered, schema=schema.ANSWERS) if answered else schema.ANSWERS.empty_table()
-    return answers, _error_rows(errors, "answers")
+                logp_yes, logp_no = float(result[0]), float(result[1])
+                answered.append({
+                    "key": row["key"], "backbone": row["backbone"], "kind": row["kind"], "logp_yes": logp_yes,
+                    "logp_no": logp_no, "answer_mass": float(answer_mass(logp_yes, logp_no)),
+                })
 
 
 def generate_batch(
@@ -153,6 +202,7 @@ def generate_batch(
 def _generate(engine: Engine, prompts: list[Prompt], rows: list[dict], errors: list[dict], stage: str, max_new_tokens: int) -> pa.Table:
     """Greedy generations for `prompts` (one per row) as GENERATIONS rows; failures go to `errors`."""
     out = []
+    prompts, rows = _drop_too_long(engine, prompts, rows, errors, stage)
     if prompts:
         results, ok = _call_isolated(lambda ps: engine.generate(ps, max_new_tokens), prompts, rows, errors, stage, rows[0]["backbone"])
         for row, text, good in zip(rows, results, ok):

@@ -47,13 +47,80 @@ def decode_image(data: bytes, uri: str) -> Image.Image:
     try:
         with Image.open(io.BytesIO(data)) as img:
             img.load()  # decode now, so truncation is caught here and not in the model
+            source_format = img.format
             img = ImageOps.exif_transpose(img)
-            return img.convert("RGB")
+            return to_rgb(img, uri, source_format)
+    except ImageError:
+        raise
     except Image.UnidentifiedImageError as e:
         raise ImageError(uri, "not a decodable image") from e
     except Exception as e:  # PIL's decoders raise OSError, SyntaxError, ValueError, EOFError...
         reason = "truncated file" if "truncated" in str(e) else f"cannot decode: {e}"
         raise ImageError(uri, reason) from e
+
+
+# Pillow's own convert("RGB") clips 16- and 32-bit pixels to 0..255, so a 16-bit grayscale
+# PNG (values up to 65535) came out solid white. These modes are rescaled here instead.
+_HIGH_DEPTH = ("I;16", "I;16L", "I;16B", "I;16N", "I", "F")
+# Transparent pixels are shown on white (what a viewer shows), not on whatever colour the
+# file happens to store under alpha 0.
+BACKGROUND = (255, 255, 255)
+
+
+def to_rgb(img: Image.Image, uri: str, source_format: str | None = None) -> Image.Image:
+    """8-bit RGB for any mode, or ImageError naming the mode when it has no defined colours."""
+    if img.mode == "RGB" and "transparency" not in img.info:
+        return img
+    if img.mode in _HIGH_DEPTH:
+        # A PNG decodes to mode I only from 16-bit samples: always on the 16-bit scale.
+        return _high_depth_to_rgb(img, uri, sixteen_bit=img.mode.startswith("I;16") or (img.mode == "I" and source_format == "PNG"))
+    if img.mode in ("RGBA", "LA", "PA", "La", "RGBa") or (img.mode in ("P", "L", "RGB") and "transparency" in img.info):
+        rgba = img.convert("RGBA")
+        canvas = Image.new("RGBA", rgba.size, (*BACKGROUND, 255))
+        return Image.alpha_composite(canvas, rgba).convert("RGB")
+    try:
+        return img.convert("RGB")
+    except ValueError as e:  # e.g. LAB, HSV and multi-band modes Pillow cannot map to RGB
+        raise ImageError(uri, f"unsupported pixel mode {img.mode!r}: {e}") from e
+
+
+def _high_depth_to_rgb(img: Image.Image, uri: str, sixteen_bit: bool) -> Image.Image:
+    """16-bit / 32-bit integer and float grayscale -> 8-bit, on the format's full scale.
+
+    The scale is the format's, not the image's own min..max, so a dark 16-bit image stays
+    dark: 16-bit and 32-bit integers holding 0..65535 are divided by 257; integers in 0..255
+    are already 8-bit; floats in 0..1 are multiplied by 255. Anything else (negative or
+    larger integers, floats outside 0..1 or 0..255, NaN) has no agreed display range and is
+    rejected with the reason rather than guessed.
+    """
+    import numpy as np
+
+    values = np.asarray(img)
+    if values.dtype.byteorder not in ("=", "|"):
+        values = values.astype(values.dtype.newbyteorder("="))
+    values = values.astype(np.float64)
+    if values.size == 0:
+        raise ImageError(uri, f"empty image (mode {img.mode!r})")
+    if not np.isfinite(values).all():
+        raise ImageError(uri, f"mode {img.mode!r} image holds NaN or infinite pixels")
+    low, high = float(values.min()), float(values.max())
+    if img.mode == "F":
+        if low >= 0 and high <= 1:
+            scaled = values * 255.0
+        elif low >= 0 and high <= 255:
+            scaled = values
+        else:
+            raise ImageError(uri, f"float pixels span {low:g}..{high:g}: neither 0..1 nor 0..255, no defined brightness")
+    elif sixteen_bit or (low >= 0 and high <= 65535 and high > 255):
+        if low < 0:
+            raise ImageError(uri, f"16-bit pixels below 0 ({low:g})")
+        scaled = values / 257.0
+    elif low >= 0 and high <= 255:
+        scaled = values
+    else:
+        raise ImageError(uri, f"32-bit integer pixels span {low:g}..{high:g}, outside 0..65535: no defined brightness")
+    gray = Image.fromarray(np.clip(np.rint(scaled), 0, 255).astype(np.uint8), "L")
+    return gray.convert("RGB")
 
 
 def fit_pixels(img: Image.Image, max_pixels: int, min_pixels: int) -> Image.Image:

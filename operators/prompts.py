@@ -5,6 +5,7 @@ Templates hold JSON examples (generation prompts) and captions may contain brace
 """
 from __future__ import annotations
 
+import functools
 import re
 
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
@@ -17,7 +18,21 @@ def placeholders(template: str) -> set[str]:
 def fill(template: str, **values: str) -> str:
     """Replace `{name}` for each given name; a placeholder the template needs but was not
     given raises KeyError (a prompt with a hole in it would be silently wrong)."""
-    missing = {name for name in placeholders(template) if name not in values} & {"caption", "question", "claim"}
+    pieces, names = _parsed(template)
+    missing = {name for name in names if name not in values} & {"caption", "question", "claim"}
     if missing:
         raise KeyError(f"template needs {sorted(missing)} but got {sorted(values)}")
-    return _PLACEHOLDER.sub(lambda m: str(values[m.group(1)]) if m.group(1) in values else m.group(0), template)
+    out = [pieces[0]]
+    for k in range(1, len(pieces), 2):  # pieces alternate: text, placeholder name, text, ...
+        name = pieces[k]
+        out.append(str(values[name]) if name in values else "{" + name + "}")
+        out.append(pieces[k + 1])
+    return "".join(out)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(template: str) -> tuple[tuple[str, ...], frozenset[str]]:
+    """The template split once into text and placeholder names (a batch fills the same
+    few templates thousands of times)."""
+    pieces = tuple(_PLACEHOLDER.split(template))
+    return pieces, frozenset(pieces[1::2])

@@ -17,7 +17,7 @@ import polars as pl
 import pyarrow as pa
 
 from operators import schema
-from operators.hashing import content_key
+from operators.hashing import content_key, content_keys
 
 # Question sets whose questions are also answered from the caption alone (p_t).
 CAPTION_ANSWERED_SETS = ("depict",)
@@ -38,18 +38,19 @@ class KeySpec:
 
 
 def _keys(spec: KeySpec, kind: str, frame: pl.DataFrame, image_col: str | None, caption_col: str | None, text_col: str) -> pl.Series:
-    """Keys for each row, hashing each distinct tuple once."""
+    """Keys for each row, hashing each distinct tuple once (vectorised: `content_keys` gives
+    exactly `spec.key(...)` per row, so stored answers stay addressable)."""
     cols = [c for c in (image_col, caption_col, text_col) if c]
     distinct = frame.select(cols).unique(maintain_order=True)
-    keys = [
-        spec.key(
-            kind,
-            row[image_col] if image_col else None,
-            row[caption_col] if caption_col else None,
-            row[text_col],
-        )
-        for row in distinct.iter_rows(named=True)
+    if distinct.height == 0:
+        return pl.Series("__key", [], dtype=pl.String)
+    none = pl.Series([None] * distinct.height, dtype=pl.String)
+    parts = [
+        distinct[image_col] if image_col else none,
+        distinct[caption_col] if caption_col else none,
+        distinct[text_col],
     ]
+    keys = content_keys(parts, prefix=(spec.fingerprint, spec.prompt_ids[kind], kind))
     lookup = distinct.with_columns(pl.Series("__key", keys, dtype=pl.String))
     return frame.select(cols).join(lookup, on=cols, how="left", nulls_equal=True, maintain_order="left")["__key"]
 

@@ -56,6 +56,10 @@ ANSWERS = pa.schema(
         ("kind", pa.string()),
         ("logp_yes", pa.float64()),
         ("logp_no", pa.float64()),
+        # P(yes spellings) + P(no spellings) = exp(logp_yes) + exp(logp_no): how much of the
+        # next-token distribution went to an answer at all. Null in parts written before it
+        # existed (read them with `conform`; the value follows from the two log-probs).
+        ("answer_mass", pa.float64()),
     ]
 )
 

@@ -1,0 +1,13 @@
+"""Orchestration: configs, loaders, store, stages, statistics, reports.
+
+`from pipeline import Scorer` is the Python API (pipeline/api.py); it is imported on first
+use so that importing any other pipeline module (in every Ray worker) stays light.
+"""
+
+
+def __getattr__(name: str):
+    if name in ("Scorer", "PairErrors"):
+        from pipeline import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'pipeline' has no attribute {name!r}")

@@ -8,6 +8,7 @@ value fails with a `ConfigError` that names the key.
 """
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -55,6 +56,12 @@ OTHER_METRICS = ("depict",)
 GROUNDING_METRICS = {"grounding_only": "claims"}
 JUDGE_METRICS = {"judge_holistic": "holistic", "judge_decomposed": "decomposed"}
 SELECT_MODES = ("all", "sample", "below")
+NO_QUESTION_POLICIES = ("exclude", "zero")  # what the meta-evaluation does with an item whose metric had no questions
+BREAKDOWNS = ("tags", "template")
+# Modules in pipeline.benchmarks that read a release (pipeline/stages/ingest.py imports them by name).
+LOADERS = ("demo", "genai_bench", "tifa160", "richhf", "winoground", "negbench")
+# Fewer resamples than this make a BCa interval noise (and 0 made every interval null).
+MIN_RESAMPLES = 10
 
 
 def metric_question_set(metric: str) -> str | None:
@@ -99,7 +106,7 @@ class ProtocolSpec:
     primary_statistic: str = "srcc"
     # items whose metric had no questions (score null, note "no_questions"): exclude (left
     # out and counted) or zero (scored 0, as DSG's own scorer does); recorded in the note
-    no_questions: str = "exclude"
+    no_questions: str = "exclude"  # one of NO_QUESTION_POLICIES
 
 
 @dataclass
@@ -146,6 +153,11 @@ class ComputeSpec:
     cpus_per_engine: float = 1.0
     rows_per_part: int = 256  # requests per engine call and written part (resume granularity)
     progress_bars: bool = True
+    # Memory ceilings (docs/cluster.md, "Memory"): backpressure instead of OOM kills.
+    object_store_memory_gb: float | None = None  # local Ray only; None: Ray's default (30% of RAM)
+    data_object_store_fraction: float = 0.5  # of the object store, what Ray Data may hold before it waits
+    task_memory_gb: float = 2.0  # reserved per shard-reading/publishing/hashing task
+    oom_retries: int = 3  # retries of a task killed for memory (Ray's default: forever); local Ray only
 
 
 @dataclass
@@ -216,6 +228,14 @@ class JudgeSpec:
 
 
 @dataclass
+class LeaseSpec:
+    """The lock a run takes on its output folder (pipeline/lease.py): one writer at a time."""
+
+    ttl_s: float = 600.0  # a killed run's lease blocks the output for at most this long
+    force: bool = False  # take over a lease that has not expired (the holder is known dead)
+
+
+@dataclass
 class SweepConfig:
     name: str = "???"
     backbones: list[str] = field(default_factory=list)
@@ -254,6 +274,7 @@ class SweepConfig:
     benchmark_overrides: dict = field(default_factory=dict)
     evidence: EvidenceSpec = field(default_factory=EvidenceSpec)
     judge: JudgeSpec = field(default_factory=JudgeSpec)
+    lease: LeaseSpec = field(default_factory=LeaseSpec)
 
 
 @dataclass
@@ -347,12 +368,19 @@ def parse_overrides(args: Sequence[str], preset_key: str = "sweep") -> tuple[str
     rest = []
     for arg in args:
         if "=" not in arg:
-            raise ConfigError(arg, f"overrides are written key=value (e.g. {preset_key}={preset} backbones=[smoke])")
+            raise ConfigError(arg, "arguments are written key=value (e.g. backbones=[smoke]), got a bare word")
         key, value = arg.split("=", 1)
         if key == preset_key:
             preset = value
         else:
             rest.append(arg)
+    for arg in rest:  # one at a time, so that a malformed value is named with its key
+        try:
+            OmegaConf.from_dotlist([arg])
+        except Exception as exc:  # YAML parser errors are not OmegaConf's
+            key, _, value = arg.partition("=")
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            raise ConfigError(key, f"cannot parse the value {value!r} ({problem})") from None
     try:
         return preset, OmegaConf.from_dotlist(rest)
     except OmegaConfBaseException as exc:
@@ -422,6 +450,17 @@ def load_config(
     return resolved
 
 
+def check_benchmark_folders(cfg: ResolvedConfig) -> None:
+    """Every benchmark's release folder exists (one listing each). The sweep calls this before
+    any work; load_config does not, so configs can be built and inspected without the data."""
+    from pipeline.benchmarks.io import missing_release_folder
+
+    for name, bench in cfg.benchmarks.items():
+        problem = missing_release_folder(bench.root, bench.loader)
+        if problem:
+            raise ConfigError(f"benchmark {name}.root", f"{problem} (set data_root=... or benchmark_overrides.{name}.root=...)")
+
+
 def validate(cfg: ResolvedConfig, require_benchmarks: bool = True) -> None:
     """Checks that need more than types: names, ranges, combinations."""
     s = cfg.sweep
@@ -429,6 +468,7 @@ def validate(cfg: ResolvedConfig, require_benchmarks: bool = True) -> None:
         raise ConfigError("backbones", "no backbone selected")
     if require_benchmarks and not s.benchmarks:
         raise ConfigError("benchmarks", "no benchmark selected")
+    validate_ranges(cfg)
     if not 0.0 <= s.lam <= 1.0:
         raise ConfigError("lam", f"must be in [0, 1], got {s.lam}")
     if s.probability not in PROBABILITIES:
@@ -445,27 +485,22 @@ def validate(cfg: ResolvedConfig, require_benchmarks: bool = True) -> None:
     for i, name in enumerate(q.sets):
         if name not in QUESTION_SETS:
             raise ConfigError(f"questions.sets[{i}]", f"unknown question set {name!r}; valid: {QUESTION_SETS}")
-    if q.max_questions < 1:
-        raise ConfigError("questions.max_questions", "must be at least 1")
-    if s.compute.engines_per_backbone < 1:
-        raise ConfigError("compute.engines_per_backbone", "must be at least 1")
-    if s.compute.rows_per_part < 1:
-        raise ConfigError("compute.rows_per_part", "must be at least 1")
-    if not 0 < s.bootstrap.confidence < 1:
-        raise ConfigError("bootstrap.confidence", "must be in (0, 1)")
     for name, b in cfg.backbones.items():
         if b.engine not in ENGINES:
             raise ConfigError(f"backbone {name}.engine", f"must be one of {ENGINES}, got {b.engine!r}")
         if b.name != name:
             raise ConfigError(f"backbone {name}.name", f"file conf/backbones/{name}.yaml names itself {b.name!r}")
-        if b.tensor_parallel_size < 1:
-            raise ConfigError(f"backbone {name}.tensor_parallel_size", "must be at least 1")
-        if not b.yes_spellings or not b.no_spellings:
-            raise ConfigError(f"backbone {name}", "yes_spellings and no_spellings must be non-empty")
     for name, bench in cfg.benchmarks.items():
+        if bench.loader not in LOADERS:
+            raise ConfigError(f"benchmark {name}.loader", f"unknown loader {bench.loader!r}; valid: {LOADERS}")
         p = bench.protocol
+        for i, breakdown in enumerate(p.breakdowns):
+            if breakdown not in BREAKDOWNS:
+                raise ConfigError(f"benchmark {name}.protocol.breakdowns[{i}]", f"unknown breakdown {breakdown!r}; valid: {BREAKDOWNS}")
         if p.kind not in PROTOCOL_STATISTICS:
             raise ConfigError(f"benchmark {name}.protocol.kind", f"must be one of {tuple(PROTOCOL_STATISTICS)}")
+        if p.no_questions not in NO_QUESTION_POLICIES:
+            raise ConfigError(f"benchmark {name}.protocol.no_questions", f"must be one of {NO_QUESTION_POLICIES}, got {p.no_questions!r}")
         allowed = PROTOCOL_STATISTICS[p.kind]
         for i, stat in enumerate(p.statistics):
             if stat not in allowed:
@@ -484,6 +519,87 @@ def validate(cfg: ResolvedConfig, require_benchmarks: bool = True) -> None:
         needed_templates.append("claim")
     for kind in needed_templates:
         cfg.prompts.template(kind)
+
+
+def _at_least(key: str, value, low, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if value is None or not math.isfinite(value) or value < low:
+        raise ConfigError(key, f"must be at least {low}{' (or null)' if optional else ''}, got {value}")
+
+
+def _within(key: str, value, low, high, *, low_open: bool = False, high_open: bool = False, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    below = value is None or not math.isfinite(value) or (value <= low if low_open else value < low)
+    above = value is not None and (value >= high if high_open else value > high)
+    if below or above:
+        interval = f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        raise ConfigError(key, f"must be in {interval}{' (or null)' if optional else ''}, got {value}")
+
+
+def _names(key: str, values: list, *, allow_empty: bool = False) -> None:
+    if not values and not allow_empty:
+        raise ConfigError(key, "must not be empty")
+    for i, value in enumerate(values):
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{key}[{i}]", f"must be a non-empty name, got {value!r}")
+        if "/" in value or value in (".", ".."):
+            raise ConfigError(f"{key}[{i}]", f"must be a plain name, got {value!r}")
+
+
+def validate_ranges(cfg: ResolvedConfig) -> None:
+    """Every number and list has a range, checked before any work: a value outside it would
+    otherwise surface after the model work (n_resamples=-5), or never (limit_groups=-1
+    silently dropped the last group, batch_size=0 failed every request, n_resamples=0 nulled
+    every interval)."""
+    s = cfg.sweep
+    _names("backbones", list(s.backbones))
+    _names("metrics", list(s.metrics))
+    if not s.run_name or "/" in s.run_name or s.run_name in (".", "..") or not s.run_name.strip():
+        raise ConfigError("run_name", f"must be a plain folder name (no '/'), got {s.run_name!r}")
+    _at_least("questions.max_questions", s.questions.max_questions, 1)
+    _at_least("bootstrap.n_resamples", s.bootstrap.n_resamples, MIN_RESAMPLES)
+    _at_least("bootstrap.seed", s.bootstrap.seed, 0)
+    _within("bootstrap.confidence", s.bootstrap.confidence, 0, 1, low_open=True, high_open=True)
+    c = s.compute
+    _at_least("compute.num_cpus", c.num_cpus, 1, optional=True)
+    _at_least("compute.engines_per_backbone", c.engines_per_backbone, 1)
+    _at_least("compute.gpus_per_engine", c.gpus_per_engine, 0, optional=True)
+    _within("compute.cpus_per_engine", c.cpus_per_engine, 0, math.inf, low_open=True, high_open=True)
+    _at_least("compute.rows_per_part", c.rows_per_part, 1)
+    _within("compute.data_object_store_fraction", c.data_object_store_fraction, 0, 1, low_open=True)
+    _within("compute.task_memory_gb", c.task_memory_gb, 0, math.inf, low_open=True, high_open=True)
+    _within("compute.object_store_memory_gb", c.object_store_memory_gb, 0, math.inf, low_open=True, high_open=True, optional=True)
+    _at_least("compute.oom_retries", c.oom_retries, 0)
+    _within("lease.ttl_s", s.lease.ttl_s, 0, math.inf, low_open=True, high_open=True)
+    for name, b in cfg.backbones.items():
+        key = f"backbone {name}"
+        _at_least(f"{key}.tensor_parallel_size", b.tensor_parallel_size, 1)
+        _at_least(f"{key}.min_image_pixels", b.min_image_pixels, 1)
+        _at_least(f"{key}.max_image_pixels", b.max_image_pixels, b.min_image_pixels)
+        _at_least(f"{key}.max_model_len", b.max_model_len, 1)
+        _within(f"{key}.gpu_memory_utilization", b.gpu_memory_utilization, 0, 1, low_open=True)
+        _at_least(f"{key}.batch_size", b.batch_size, 1)
+        _at_least(f"{key}.max_new_tokens", b.max_new_tokens, 1)
+        _at_least(f"{key}.max_prompt_tokens", b.max_prompt_tokens, 1, optional=True)
+        if not b.yes_spellings or not b.no_spellings:
+            raise ConfigError(key, "yes_spellings and no_spellings must be non-empty")
+        for field_name in ("yes_spellings", "no_spellings"):
+            for i, spelling in enumerate(getattr(b, field_name)):
+                if not isinstance(spelling, str) or not spelling:
+                    raise ConfigError(f"{key}.{field_name}[{i}]", f"must be a non-empty string, got {spelling!r}")
+    for name, bench in cfg.benchmarks.items():
+        _at_least(f"benchmark {name}.limit_groups", bench.limit_groups, 1, optional=True)
+        if not bench.protocol.statistics:
+            raise ConfigError(f"benchmark {name}.protocol.statistics", "must not be empty")
+    e = s.evidence
+    _at_least("evidence.seed", e.seed, 0)
+    if e.select.threshold is None or not math.isfinite(e.select.threshold):
+        raise ConfigError("evidence.select.threshold", f"must be a finite number, got {e.select.threshold}")
+    for side, value in (e.detector.image_size or {}).items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConfigError(f"evidence.detector.image_size.{side}", f"must be a positive number of pixels, got {value!r}")
 
 
 def validate_evidence(s: SweepConfig) -> None:

@@ -45,7 +45,8 @@ from operators.hashing import digest, keys_digest
 from operators.metrics import yes_probability_expr
 from pipeline import store as st
 from pipeline.config import ConfigError, ResolvedConfig, SweepConfig, join_url, load_config, required_question_sets
-from pipeline.runtime import ensure_ray, git_commit, library_versions
+from pipeline.lease import Lease
+from pipeline.runtime import MemoryLimits, ensure_ray, git_commit, library_versions, task_options
 from pipeline.scoring import Timings, score_items_all_backbones
 from pipeline.shards import CHANGE_DETECTION, PAIRS, Shard, ShardError, current_version, discover, publish_task, read_pairs_task
 from pipeline.stages import ingest
@@ -66,6 +67,9 @@ class ShardColumns:
 
     image: str = "image"  # binary image bytes, a path/URI string, or a {bytes, path} struct
     caption: str = "caption"
+    # Optional Parquet column holding a content hash of each referenced image (e.g. DataComp's
+    # sha256): such images are not read at ingest. Trusted as given; ignored for embedded bytes.
+    image_hash: str | None = None
 
 
 @dataclass
@@ -81,6 +85,10 @@ class CurationConfig(SweepConfig):
     min_score: float | None = 0.5  # keep rows scoring at least this
     top_fraction: float | None = None  # keep the best fraction of each shard's scored rows
     decide_only: bool = False  # re-apply the rule to stored scores; no model work
+    # Windows: the night is processed in groups of whole shards, each read, scored, published
+    # and recorded in the manifest before the next (null: no limit of that kind).
+    window_shards: int | None = None
+    window_gb: float | None = 2.0  # input bytes per window
     output: str = "${root}/curation/${name}"
     metrics: list[str] = field(default_factory=lambda: ["depict"])
     target: str = "${metric}"  # the sweep's meta-evaluation target; curation has none
@@ -125,11 +133,17 @@ def validate_curation(cfg: ResolvedConfig) -> None:
         raise ConfigError("min_score", f"must be a finite number or null, got {c.min_score}")
     if c.top_fraction is not None and not 0.0 < c.top_fraction <= 1.0:
         raise ConfigError("top_fraction", f"must be in (0, 1] or null, got {c.top_fraction}")
+    if c.window_shards is not None and c.window_shards < 1:
+        raise ConfigError("window_shards", f"must be at least 1 or null, got {c.window_shards}")
+    if c.window_gb is not None and not c.window_gb > 0:
+        raise ConfigError("window_gb", f"must be positive or null, got {c.window_gb}")
     if c.detect_changes not in CHANGE_DETECTION:
         raise ConfigError("detect_changes", f"must be one of {CHANGE_DETECTION}, got {c.detect_changes!r}")
     for key in ("image", "caption"):
         if not getattr(c.columns, key).strip():
             raise ConfigError(f"columns.{key}", "must name a column")
+    if c.columns.image_hash is not None and not (isinstance(c.columns.image_hash, str) and c.columns.image_hash.strip()):
+        raise ConfigError("columns.image_hash", "must name a column, or be null")
 
 
 def scoring_fingerprint(cfg: ResolvedConfig) -> str:
@@ -150,7 +164,7 @@ def scoring_fingerprint(cfg: ResolvedConfig) -> str:
             "max_questions": q.max_questions,
             "generator": [q.generator, cfg.backbones[q.generator].fingerprint()] if q.source == "model" and not q.per_backbone else None,
         },
-        "columns": [s.columns.image, s.columns.caption],
+        "columns": [s.columns.image, s.columns.caption] + ([s.columns.image_hash] if s.columns.image_hash else []),
     }
     return digest(json.dumps(parts, sort_keys=True).encode())[:16]
 
@@ -272,11 +286,23 @@ class CurationResult:
         return {k: sum(getattr(s, k) for s in self.shards) for k in keys}
 
 
+def output_lease(c: CurationConfig) -> Lease:
+    """One curation at a time per output: a second one exits at once (LeaseHeld) instead of
+    dropping the first one's rows when both rewrite manifest.json (pipeline/lease.py)."""
+    return Lease(c.output, what=f"curation {c.name}", ttl_s=c.lease.ttl_s, force=c.lease.force)
+
+
 def run_curation(cfg: ResolvedConfig) -> CurationResult:
     """Process the new or changed shards (or, with decide_only, re-decide every shard)."""
     c: CurationConfig = cfg.sweep  # type: ignore[assignment]
-    if c.decide_only:
-        return decide(cfg)
+    with output_lease(c) as lease:
+        if c.decide_only:
+            return decide(cfg, lease)
+        return _score_new_shards(cfg, lease)
+
+
+def _score_new_shards(cfg: ResolvedConfig, lease: Lease) -> CurationResult:
+    c: CurationConfig = cfg.sweep  # type: ignore[assignment]
     result = CurationResult(output=c.output)
     clock = result.timings
     t_start = time.perf_counter()
@@ -294,21 +320,68 @@ def run_curation(cfg: ResolvedConfig) -> CurationResult:
 
     result.run_id = f"{time.strftime('%Y%m%d', time.gmtime())}-{keys_digest(f'{s.uri}@{s.version}' for s in todo)[:8]}"
     result.run_dir = run_dir = join_url(c.output, "runs", result.run_id)
-    ensure_ray(c.compute.address, c.compute.num_cpus, c.compute.progress_bars)
+    ensure_ray(c.compute.address, c.compute.num_cpus, c.compute.progress_bars, MemoryLimits.from_compute(c.compute))
     log.info("curation %s: %d new or changed shard(s) of %d; run %s", c.name, len(todo), len(found), result.run_id)
 
+    windows = plan_windows(todo, c.window_shards, c.window_gb)
+    window_errors = []
+    for k, window in enumerate(windows):
+        window_dir = run_dir if len(windows) == 1 else join_url(run_dir, "windows", f"{k:04d}")
+        log.info("curation %s: window %d of %d, %d shard(s)", c.name, k + 1, len(windows), len(window))
+        window_errors.append(process_window(cfg, window, window_dir, result, manifest, fingerprint, rule, lease))
+    result.reports = merge_reports(result.reports)
+    errors = pl.concat(window_errors)
+    result.errors = errors
+    result.timings["total"] = time.perf_counter() - t_start
+    write_report(cfg, result, rule)
+    return result
+
+
+# -- windows: a night in bounded pieces ----------------------------------------------------------
+
+
+def plan_windows(shards: list[Shard], max_shards: int | None, max_gb: float | None) -> list[list[Shard]]:
+    """Consecutive groups of shards, each at most `max_shards` shards and `max_gb` of input
+    (a shard larger than that is a window of its own). The driver holds one window's pairs,
+    questions and answers at a time, so its memory is bounded by the window, not the night."""
+    windows: list[list[Shard]] = []
+    size = 0
+    for shard in shards:
+        full = windows and (
+            (max_shards is not None and len(windows[-1]) >= max_shards)
+            or (max_gb is not None and size + shard.size > max_gb * 1024**3)
+        )
+        if not windows or full:
+            windows.append([])
+            size = 0
+        windows[-1].append(shard)
+        size += shard.size
+    return windows
+
+
+def process_window(
+    cfg: ResolvedConfig, shards: list[Shard], window_dir: str, result: CurationResult, manifest: Manifest, fingerprint: str, rule: Rule, lease: Lease
+) -> pl.DataFrame:
+    """Read, score, decide and publish one window of shards, then record them in the manifest
+    (saved at once: a run killed in a later window keeps this one). Returns its error rows.
+
+    Every output of a shard depends on that shard alone and answers are shared through the
+    content-keyed cache, so a night processed in windows publishes exactly what one pass would.
+    """
+    c: CurationConfig = cfg.sweep  # type: ignore[assignment]
+    clock = result.timings
     error_tables: list[pa.Table] = []
     with clock("ingest"):
-        pairs = read_pairs(todo, cfg)
-        items, pair_errors = pairs_to_items(pairs, todo)
+        pairs = read_pairs(shards, cfg)
+        items, pair_errors = pairs_to_items(pairs, shards)
         error_tables.append(pair_errors)
-        items, report, errors = ingest.prepare_items(items)
+        items, report, errors = ingest.prepare_items(items, hash_cache=join_url(c.store, "image_hashes"))
         result.reports.append(report)
         error_tables += errors
 
     # questions -> requests -> answers -> scores: the sweep's own stages and answer cache
     if items.height:
-        scored = score_items_all_backbones(items, None, cfg, run_dir, clock)
+        scored = score_items_all_backbones(items, None, cfg, window_dir, clock)
         result.reports += scored.reports
         error_tables += scored.errors
         scores = scored.scores
@@ -318,10 +391,10 @@ def run_curation(cfg: ResolvedConfig) -> CurationResult:
     errors = pl.from_arrow(pa.concat_tables([schema.conform(t, schema.ERRORS) for t in error_tables]))
     with clock("publish"):
         rows = shard_rows(pairs, scores, errors, list(c.metrics), rule.metric)
-        evidence = evidence_table(run_dir, c.backbones[0], pairs, c.probability)
+        evidence = evidence_table(window_dir, c.backbones[0], pairs, c.probability)
         unreadable = set(pairs.filter(pl.col("reason") == "unreadable_shard")["shard_id"].to_list())
         decided = []
-        for shard in todo:
+        for shard in shards:
             if shard.shard_id in unreadable:
                 continue  # an unreadable shard is retried next run; its error is in the run report
             decisions = apply_rule(rows.filter(pl.col("shard_id") == shard.shard_id).drop("shard_id").sort("row"), rule)
@@ -336,18 +409,36 @@ def run_curation(cfg: ResolvedConfig) -> CurationResult:
             stats = shard_stats(shard, c.output, rule)
             result.shards.append(stats)
             manifest.record(shard, fingerprint=fingerprint, run_id=result.run_id, rule=rule.as_dict(), **_counts(stats))
+        lease.check()  # taken over meanwhile (this run outlived its lease): commit nothing
         manifest.save()
-    result.errors = errors
-    result.timings["total"] = time.perf_counter() - t_start
-    write_report(cfg, result, rule)
-    return result
+    return errors
 
 
-def decide(cfg: ResolvedConfig) -> CurationResult:
+def merge_reports(reports: list[StageReport]) -> list[StageReport]:
+    """One report per (stage, unit): the windows' counts, seconds and errors added up."""
+    merged: dict[tuple[str, str], StageReport] = {}
+    for r in reports:
+        m = merged.get((r.stage, r.unit))
+        if m is None:
+            merged[(r.stage, r.unit)] = StageReport(r.stage, r.unit, r.needed, r.cached, r.sent, r.failed, r.seconds, r.errors)
+            continue
+        m.needed += r.needed
+        m.cached += r.cached
+        m.sent += r.sent
+        m.failed += r.failed
+        m.seconds += r.seconds
+        m.errors = pa.concat_tables([m.errors, r.errors])
+    return list(merged.values())
+
+
+def decide(cfg: ResolvedConfig, lease: Lease | None = None) -> CurationResult:
     """Re-apply the configured rule to the stored scores of every processed shard: no
     question, answer or score is computed. Shards whose decisions do not change are not
     rewritten; a shard whose input file changed since it was scored is left to the next run."""
     c: CurationConfig = cfg.sweep  # type: ignore[assignment]
+    if lease is None:
+        with output_lease(c) as held:
+            return decide(cfg, held)
     rule = Rule.from_config(c)
     result = CurationResult(output=c.output, mode="decide")
     t_start = time.perf_counter()
@@ -376,7 +467,7 @@ def decide(cfg: ResolvedConfig) -> CurationResult:
                 continue
             decided.append((shard, decisions))
         if decided:
-            ensure_ray(c.compute.address, c.compute.num_cpus, c.compute.progress_bars)
+            ensure_ray(c.compute.address, c.compute.num_cpus, c.compute.progress_bars, MemoryLimits.from_compute(c.compute))
         failures = publish(decided, c.output)
         failed = set(failures["benchmark"].to_list())
         for uri in sorted(manifest.shards):
@@ -386,6 +477,7 @@ def decide(cfg: ResolvedConfig) -> CurationResult:
             stats = shard_stats(shard, c.output, rule)
             result.shards.append(stats)
             manifest.shards[uri].update(rule=rule.as_dict(), **_counts(stats))
+        lease.check()
         manifest.save()
     result.errors = pl.concat([pl.from_arrow(_errors(problems)), failures])
     result.timings["total"] = time.perf_counter() - t_start
@@ -438,7 +530,9 @@ def read_pairs(shards: list[Shard], cfg: ResolvedConfig) -> pl.DataFrame:
             "caption_column": c.columns.caption,
             "images_url": join_url(c.store, "images"),
             "reserved": [f"score_{m}" for m in c.metrics],
+            "hash_column": c.columns.image_hash,
         },
+        **task_options(),
     )
     tables = list(dataset.iter_batches(batch_size=None, batch_format="pyarrow"))
     pairs = pl.from_arrow(pa.concat_tables([t.cast(PAIRS) for t in tables])) if tables else pl.from_arrow(PAIRS.empty_table())
@@ -456,7 +550,7 @@ def pairs_to_items(pairs: pl.DataFrame, shards: list[Shard]) -> tuple[pl.DataFra
     uris = {s.shard_id: s.uri for s in shards}
     good = pairs.filter(pl.col("reason").is_null())
     items = good.select(
-        "item_id", pl.col("shard_id").alias("benchmark"), "image_uri", "caption", pl.col("item_id").alias("group_id")
+        "item_id", pl.col("shard_id").alias("benchmark"), "image_uri", "image_hash", "caption", pl.col("item_id").alias("group_id")
     )
     items = pl.from_arrow(schema.conform(items.to_arrow(), schema.ITEMS, what="curation items"))
     bad = pairs.filter(pl.col("reason").is_not_null())
@@ -532,7 +626,7 @@ def publish(decided: list[tuple[Shard, pl.DataFrame]], output: str) -> pl.DataFr
             for s, d in decided
         ],
         override_num_blocks=len(decided),
-    ).map_batches(publish_task, batch_size=1, batch_format="pyarrow")
+    ).map_batches(publish_task, batch_size=1, batch_format="pyarrow", **task_options())
     tables = list(dataset.iter_batches(batch_size=None, batch_format="pyarrow"))
     return pl.from_arrow(pa.concat_tables([schema.conform(t, schema.ERRORS) for t in tables])) if tables else pl.from_arrow(schema.ERRORS.empty_table())
 

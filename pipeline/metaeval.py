@@ -42,7 +42,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from pipeline.config import ProtocolSpec
+from pipeline.config import NO_QUESTION_POLICIES, ProtocolSpec
 from pipeline.stats import bootstrap, choice
 from pipeline.stats.correlation import MIN_ITEMS, DegenerateInputWarning, kendall, pearson, plcc, srcc
 from pipeline.stats.pairwise import pairwise_accuracy
@@ -54,7 +54,6 @@ STATISTICS = {
 }
 DEFAULT_PRIMARY = {"correlation": "srcc", "winoground": "group_acc", "multiple_choice": "accuracy"}
 WITH_INTERVALS = {"srcc", "kendall", "pearson", "text_acc", "image_acc", "group_acc", "accuracy"}
-NO_QUESTION_POLICIES = ("exclude", "zero")
 NO_QUESTIONS_NOTE = "no_questions"  # the scorers' note on an item whose metric had no questions
 # correlation statistic -> (point estimate, group statistic with a fast jackknife)
 _RANKED = {

@@ -30,7 +30,8 @@ import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
 from operators.hashing import digest
-from pipeline.benchmarks.io import BadRecord, Folder, extract_image
+from operators.images import ImageError, decode_image
+from pipeline.benchmarks.io import BadRecord, Folder, content_address
 
 FORMATS = {".parquet": "parquet", ".tar": "webdataset", ".tar.gz": "webdataset", ".tgz": "webdataset"}
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
@@ -43,6 +44,9 @@ PAIRS = pa.schema(
         ("shard_id", pa.string()),
         ("row", pa.int64()),  # null for a shard-level error
         ("image_uri", pa.string()),
+        # Known without reading the image again: the hash of embedded bytes (computed while
+        # extracting them) or the shard's own hash column (columns.image_hash); else null.
+        ("image_hash", pa.string()),
         ("caption", pa.string()),
         ("field", pa.string()),
         ("reason", pa.string()),
@@ -247,11 +251,14 @@ def shard_pairs(
     caption_column: str,
     images: Folder,
     reserved: Iterable[str] = (),
+    hash_column: str | None = None,
 ) -> pa.Table:
     """One PAIRS row per input row; embedded image bytes are written under `images`.
 
     `reserved` names output columns the shard must not already have (score columns), so
-    the filtered output can keep every original column unchanged.
+    the filtered output can keep every original column unchanged. Embedded images are hashed
+    and decoded here, while their bytes are in memory, so ingest never reads them again;
+    `hash_column` (Parquet) names a column holding each referenced image's content hash.
     """
     table = read_shard(uri, fmt)
     clash = sorted(set(reserved) & set(table.column_names))
@@ -259,16 +266,23 @@ def shard_pairs(
         raise ShardError(f"{uri}: has column(s) {clash}, which the curation output adds; rename them")
     if fmt == "webdataset":
         rows = _webdataset_pairs(table, caption_column)
+        hashes = [None] * len(rows)
     else:
         rows = _parquet_pairs(table, uri, image_column, caption_column)
+        hashes = _hash_column(table, uri, hash_column) if hash_column else [None] * len(rows)
     out = []
-    for row, (image, caption, problem) in enumerate(rows):
-        record = {"shard_id": shard_id, "row": row, "caption": caption, "image_uri": None, "field": None, "reason": None, "detail": None}
+    for row, ((image, caption, problem), known) in enumerate(zip(rows, hashes, strict=True)):
+        record = {"shard_id": shard_id, "row": row, "caption": caption, "image_uri": None, "image_hash": None, "field": None, "reason": None, "detail": None}
         if problem is None:
             try:
-                record["image_uri"] = extract_image(images, image) if isinstance(image, bytes) else image
+                if isinstance(image, bytes):
+                    record["image_uri"], record["image_hash"] = extract_checked(images, image)
+                else:
+                    record["image_uri"], record["image_hash"] = image, known
             except BadRecord as exc:
                 problem = ("image", "missing_image", exc.message)
+            except ImageError as exc:
+                problem = ("image", "unreadable_image", exc.cause)
         if problem is not None:
             record["field"], record["reason"], record["detail"] = problem
             record["detail"] = f"{uri} row {row}: {record['detail']}"
@@ -277,6 +291,31 @@ def shard_pairs(
 
 
 Problem = tuple[str, str, str]  # (field, reason, detail)
+
+
+def extract_checked(images: Folder, data: bytes) -> tuple[str, str]:
+    """(uri, image hash) of embedded image bytes stored content-addressed under `images`.
+
+    An image is decoded once, before it is first stored: a file already at its content
+    address was checked when it was written, so a rerun neither decodes nor rewrites it.
+    A bytes blob that does not decode raises ImageError and is not stored.
+    """
+    path, digest = content_address(images, data)
+    if not images.fs.exists(path):
+        decode_image(data, images.uri(path))
+        images.write_once(path, data)
+    return images.uri(path), digest
+
+
+def _hash_column(table: pa.Table, uri: str, column: str) -> list[str | None]:
+    """The shard's own content hashes, as `<column>:<value>` (never equal to this pipeline's
+    blake2b hex, so two hash schemes cannot collide); an empty value means unknown."""
+    if column not in table.column_names:
+        raise ShardError(f"{uri}: missing column {column!r} named by columns.image_hash; found {table.column_names}")
+    values = table.column(column)
+    if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+        raise ShardError(f"{uri}: hash column {column!r} has type {values.type}; expected text (e.g. hex digests)")
+    return [f"{column}:{v.strip()}" if v and v.strip() else None for v in values.to_pylist()]
 
 
 def _parquet_pairs(table: pa.Table, uri: str, image_column: str, caption_column: str) -> list[tuple[object, str | None, Problem | None]]:
@@ -362,14 +401,14 @@ def _webdataset_caption(record: dict, caption_field: str) -> str | None:
 # writing shards needs (worker start-up dominates small nights).
 
 
-def read_pairs_task(batch: pa.Table, image_column: str, caption_column: str, images_url: str, reserved: list[str]) -> pa.Table:
+def read_pairs_task(batch: pa.Table, image_column: str, caption_column: str, images_url: str, reserved: list[str], hash_column: str | None = None) -> pa.Table:
     """PAIRS rows of the batch's shards (columns shard_id, uri, format). A shard that cannot
     be read becomes one error row with a null row, so one bad upload never sinks the night."""
     images = Folder(images_url)
     out = []
     for r in batch.to_pylist():
         try:
-            out.append(shard_pairs(r["shard_id"], r["uri"], r["format"], image_column=image_column, caption_column=caption_column, images=images, reserved=reserved))
+            out.append(shard_pairs(r["shard_id"], r["uri"], r["format"], image_column=image_column, caption_column=caption_column, images=images, reserved=reserved, hash_column=hash_column))
         except Exception as exc:  # noqa: BLE001 - any failure to read a shard is reported, not fatal
             detail = str(exc) if isinstance(exc, ShardError) else f"{r['uri']}: {type(exc).__name__}: {exc}"
             out.append(pa.Table.from_pylist([{"shard_id": r["shard_id"], "reason": "unreadable_shard", "detail": detail}], schema=PAIRS))

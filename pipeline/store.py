@@ -12,11 +12,18 @@ Every read and write is retried on transient errors (`pipeline.storage.retrying`
 can be repeated safely because a file's bytes are fixed by its name. Listings and existence
 checks drop fsspec's cached directory listings first, since other processes (answer
 actors, a concurrent run) add parts behind this process's back.
+
+The store checks itself: a part that cannot be parsed (truncated, overwritten by hand, wrong
+columns) is logged with its path and moved aside to `<store>/_quarantine/` (never deleted),
+so its keys count as missing and are computed again; writing a part whose name exists but
+whose file is bad replaces it. `pipeline.store_admin` verifies and cleans whole stores.
 """
 from __future__ import annotations
 
 import json
+import logging
 import posixpath
+import time
 import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -28,8 +35,21 @@ import pyarrow.parquet as pq
 from operators.hashing import keys_digest
 from pipeline.storage import retrying
 
+log = logging.getLogger(__name__)
+
 PART_GLOB = "part-*.parquet"
+TMP_PREFIX = ".tmp-"
+QUARANTINE = "_quarantine"  # bad parts moved aside: <store>/_quarantine/<part name>.<stamp>
+MARKERS = "_markers"
 READ_THREADS = 16
+
+
+class BadPart(Exception):
+    """A stored part that cannot be used: truncated, not Parquet, or with the wrong columns."""
+
+    def __init__(self, path: str, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
 
 
 def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -56,7 +76,7 @@ def write_bytes_atomic(url: str, data: bytes) -> None:
 def _write_local(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
     parent = posixpath.dirname(path)
     fs.makedirs(parent, exist_ok=True)
-    tmp = posixpath.join(parent, f".tmp-{uuid.uuid4().hex}-{posixpath.basename(path)}")
+    tmp = posixpath.join(parent, f"{TMP_PREFIX}{uuid.uuid4().hex}-{posixpath.basename(path)}")
     try:
         with fs.open(tmp, "wb") as f:
             f.write(data)
@@ -115,6 +135,7 @@ class PartStore:
         self.url = url.rstrip("/")
         self.schema = schema
         self.fs, self.path = filesystem(self.url)
+        self.quarantined: list[dict] = []  # bad parts this object moved aside
 
     def __repr__(self) -> str:
         return f"PartStore({self.url!r})"
@@ -127,26 +148,85 @@ class PartStore:
         return sorted(retrying(f"list {self.url}", lambda: self.fs.glob(pattern)))
 
     def read(self, columns: list[str] | None = None) -> pa.Table:
-        """All stored rows (one per key: a key written twice by racing runs is kept once)."""
+        """All stored rows (one per key: a key written twice by racing runs is kept once).
+
+        Bad parts are quarantined and skipped (`self.quarantined` lists them), so their keys
+        read as missing and the next anti-join computes them again.
+        """
         paths = self.part_paths()
         wanted = list(columns) if columns else self.schema.names
         if "key" not in wanted:
             wanted = ["key", *wanted]
-        if not paths:
-            return self.schema.empty_table().select(wanted)
         with ThreadPoolExecutor(READ_THREADS) as pool:  # object stores: many GETs in flight
-            tables = list(pool.map(lambda path: self._read_part(path, wanted), paths))
+            tables = [t for t in pool.map(lambda path: self._read_or_quarantine(path, wanted), paths) if t is not None]
+        if not tables:
+            return self.schema.empty_table().select(wanted)
         return _first_per_key(pa.concat_tables(tables))
 
-    def _read_part(self, path: str, columns: list[str]) -> pa.Table:
+    def read_part(self, path: str, columns: list[str] | None = None) -> pa.Table:
+        """One part, checked: raises BadPart (naming the file) if it cannot be used.
+
+        Transient storage errors are retried and then raised as they are: a part that could
+        not be fetched is not a bad part. A part that vanished (quarantined or collected by
+        another process) raises FileNotFoundError.
+        """
+        columns = list(columns or self.schema.names)
         data = retrying(f"read {path}", lambda: self.fs.cat_file(path))
-        return pq.read_table(pa.BufferReader(data), columns=columns).cast(pa.schema([self.schema.field(c) for c in columns]))
+        try:
+            # A part written before a nullable column existed reads with that column null
+            # (a missing `key` column still makes it a bad part).
+            present = set(pq.read_schema(pa.BufferReader(data)).names)
+            if "key" not in present:
+                raise BadPart(path, "no 'key' column")
+            table = pq.read_table(pa.BufferReader(data), columns=[c for c in columns if c in present])
+            for name in (c for c in columns if c not in present):
+                if not self.schema.field(name).nullable:
+                    raise BadPart(path, f"no {name!r} column")
+                table = table.append_column(name, pa.nulls(table.num_rows, self.schema.field(name).type))
+            table = table.select(columns).cast(pa.schema([self.schema.field(c) for c in columns]))
+        except (pa.ArrowException, OSError, ValueError, KeyError, TypeError) as exc:
+            raise BadPart(path, f"{type(exc).__name__}: {exc}"[:500]) from exc
+        if table.column("key").null_count:
+            raise BadPart(path, "null keys")
+        return table
+
+    def _read_or_quarantine(self, path: str, columns: list[str]) -> pa.Table | None:
+        try:
+            return self.read_part(path, columns)
+        except FileNotFoundError:
+            log.warning("%s: part %s vanished while reading; its keys count as missing", self.url, path)
+            return None
+        except BadPart as bad:
+            self.quarantine(path, bad.reason)
+            return None
+
+    def quarantine(self, path: str, reason: str) -> str | None:
+        """Move a bad part aside (never delete it) so it is no longer read; returns where it went."""
+        name = posixpath.basename(path)
+        target = posixpath.join(self.path, QUARANTINE, f"{name}.{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}")
+        log.warning("%s: unreadable part %s (%s); moved to %s, its keys will be computed again", self.url, self._full(path), reason, self._full(target))
+        try:
+            if _is_local(self.fs):
+                self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
+            retrying(f"quarantine {path}", lambda: self.fs.mv(path, target))
+        except FileNotFoundError:  # another reader moved it first
+            return None
+        self.quarantined.append({"path": self._full(path), "moved_to": self._full(target), "reason": reason})
+        return self._full(target)
+
+    def _full(self, path: str) -> str:
+        """A filesystem path of this store as a URL the user can paste (s3://... on S3)."""
+        return self.url + path[len(self.path):] if path.startswith(self.path) else path
 
     def keys(self) -> pa.Array:
         return self.read(["key"]).column("key").combine_chunks()
 
     def missing(self, keys: pa.Array | Iterable[str]) -> pa.Array:
-        """Boolean mask: True where a key is not stored yet (the anti-join)."""
+        """Boolean mask: True where a key is not stored (the anti-join).
+
+        The one place that decides what must be computed: success markers never replace it.
+        Parts that cannot be read are quarantined on the way, so their keys are missing.
+        """
         import pyarrow.compute as pc
 
         keys = pa.array(keys, type=pa.string()) if not isinstance(keys, (pa.Array, pa.ChunkedArray)) else keys
@@ -159,16 +239,31 @@ class PartStore:
     def write(self, table: pa.Table) -> str | None:
         """Store `table` as one part; returns its URL (None for an empty table).
 
-        Writing the same keys again is a no-op: the part's name is the digest of its keys.
+        Writing the same keys again is a no-op when the stored part is good (the part's name
+        is the digest of its keys); a part under that name that cannot be read is replaced.
         """
         if table.num_rows == 0:
             return None
+        for field in self.schema:  # a column added to the schema later may be missing: stored null
+            if field.name not in table.column_names and field.name != "key":
+                table = table.append_column(field.name, pa.nulls(table.num_rows, field.type))
         table = table.select(self.schema.names).cast(self.schema)
         keys = table.column("key").to_pylist()
         url = self.part_url(keys)
-        if not exists(url):
+        if not exists(url) or not self._readable(url):
             write_table(url, table)
         return url
+
+    def _readable(self, url: str) -> bool:
+        _, path = filesystem(url)
+        try:
+            self.read_part(path, ["key"])
+            return True
+        except FileNotFoundError:
+            return False
+        except BadPart as bad:
+            log.warning("%s: replacing unreadable part %s (%s)", self.url, url, bad.reason)
+            return False
 
 
 def _first_per_key(table: pa.Table) -> pa.Table:
@@ -185,7 +280,12 @@ def _first_per_key(table: pa.Table) -> pa.Table:
 
 
 class Markers:
-    """Success markers: a unit of work (e.g. one backbone's answers for one request set) is done."""
+    """Success markers: a unit of work (e.g. one backbone's answers for one request set) finished.
+
+    A marker is a note, never the truth: the stages still check every needed key against the
+    store (`PartStore.missing`), and a marker whose keys are not all there is removed.
+    Deleting markers is always safe.
+    """
 
     def __init__(self, url: str):
         self.url = url.rstrip("/")
@@ -198,6 +298,14 @@ class Markers:
 
     def mark(self, name: str, info: dict) -> None:
         write_json(self._url(name), info)
+
+    def clear(self, name: str) -> None:
+        """Remove a marker that turned out to be wrong (a missing marker only costs a check)."""
+        fs, path = filesystem(self._url(name))
+        try:
+            retrying(f"remove {self._url(name)}", lambda: fs.rm(path))
+        except FileNotFoundError:
+            pass
 
     def info(self, name: str) -> dict:
         return read_json(self._url(name))

@@ -15,9 +15,11 @@ import polars as pl
 import pyarrow as pa
 
 from operators import schema
+from pipeline import runstate
 from pipeline import store as st
-from pipeline.config import ResolvedConfig
-from pipeline.runtime import ensure_ray, git_commit, library_versions
+from pipeline.config import ResolvedConfig, check_benchmark_folders
+from pipeline.lease import Lease
+from pipeline.runtime import MemoryLimits, ensure_ray, git_commit, library_versions
 from pipeline.scoring import Timings, score_items_all_backbones
 from pipeline.stages import ingest
 from pipeline.stages.engine_stage import StageReport
@@ -28,6 +30,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class RunResult:
     run_dir: str
+    run_id: str = ""
     reports: list[StageReport] = field(default_factory=list)
     timings: Timings = field(default_factory=Timings)
     counts: dict[str, int] = field(default_factory=dict)
@@ -41,19 +44,33 @@ class RunResult:
 
 
 def run_sweep(cfg: ResolvedConfig) -> RunResult:
-    """Run (or resume) the whole sweep described by `cfg`; returns what it did."""
+    """Run (or resume) the whole sweep described by `cfg`; returns what it did.
+
+    The run folder is all-or-nothing (pipeline/runstate.py): marked running before the first
+    output, finished with the list of its files after the last; a second sweep writing the same
+    folder at the same time stops at once on the folder's lease (pipeline/lease.py).
+    """
+    s = cfg.sweep
+    check_benchmark_folders(cfg)  # a mistyped data_root fails here, before Ray starts
+    with Lease(cfg.run_dir, what=f"sweep {s.run_name}", ttl_s=s.lease.ttl_s, force=s.lease.force) as lease:
+        return _run(cfg, lease)
+
+
+def _run(cfg: ResolvedConfig, lease: Lease) -> RunResult:
     s = cfg.sweep
     result = RunResult(run_dir=cfg.run_dir)
+    result.run_id = runstate.new_run_id()
+    runstate.begin(result.run_dir, result.run_id, {"run_dir": result.run_dir, "config": cfg.to_dict()})
     clock = result.timings
     error_tables: list[pa.Table] = []
     t_start = time.perf_counter()
-    ensure_ray(s.compute.address, s.compute.num_cpus, s.compute.progress_bars)
+    ensure_ray(s.compute.address, s.compute.num_cpus, s.compute.progress_bars, MemoryLimits.from_compute(s.compute))
 
     # -- ingest ----------------------------------------------------------------------------
     with clock("ingest"):
         items, shipped_questions, problems = ingest.load_items(cfg.benchmarks)
         error_tables.append(problems)
-        items, report, errors = ingest.prepare_items(items)
+        items, report, errors = ingest.prepare_items(items, hash_cache=f"{s.store}/image_hashes")
         result.reports.append(report)
         error_tables += errors
         st.write_table(f"{result.run_dir}/items.parquet", schema.conform(items.to_arrow(), schema.ITEMS))
@@ -82,8 +99,9 @@ def run_sweep(cfg: ResolvedConfig) -> RunResult:
     st.write_table(f"{result.run_dir}/errors.parquet", errors.to_arrow())
     result.counts["errors"] = errors.height
     result.timings["total"] = time.perf_counter() - t_start
-    st.write_json(f"{result.run_dir}/manifest.json", manifest(cfg, result))
     st.write_bytes_atomic(f"{result.run_dir}/summary.txt", summary_text(cfg, result).encode())
+    lease.check()  # never mark finished a folder another run has taken over
+    runstate.finish(result.run_dir, result.run_id, manifest(cfg, result))
     return result
 
 
@@ -132,7 +150,6 @@ def manifest(cfg: ResolvedConfig, result: RunResult) -> dict:
         "timings_s": {k: round(v, 3) for k, v in result.timings.items()},
         "counts": result.counts,
         "stages": [r.as_row() for r in result.reports],
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 
 
@@ -150,6 +167,10 @@ def summary_text(cfg: ResolvedConfig, result: RunResult) -> str:
     lines.append(f"{'stage':<10} {'unit':<16} {'needed':>8} {'cached':>8} {'sent':>8} {'failed':>7} {'seconds':>8}")
     for r in result.reports:
         lines.append(f"{r.stage:<10} {r.unit:<16} {r.needed:>8} {r.cached:>8} {r.sent:>8} {r.failed:>7} {r.seconds:>8.1f}")
+    mass_lines = [line for r in result.reports if hasattr(r, "mass_lines") for line in r.mass_lines()]
+    if mass_lines:
+        lines.append("")
+        lines += mass_lines
     lines.append("")
     lines.append("wall time per stage: " + ", ".join(f"{k} {v:.1f}s" for k, v in result.timings.items()))
     if result.errors is not None and result.errors.height:

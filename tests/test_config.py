@@ -93,3 +93,135 @@ def test_prompt_ids_change_with_template_text(tmp_path):
     prompts.templates["answer_image"] += " "
     assert prompts.prompt_id("answer_image") != before
     assert before.startswith("v1:")
+
+
+# -- every number and list has a range, checked before any work (issue 12) ----------------------
+# Each of these used to load: limit_groups=-1 silently dropped the last group, batch_size=0 and
+# max_image_pixels=0 failed every request with exit 0, n_resamples=0 nulled every interval and
+# n_resamples=-5 failed only after all the model work. Now each fails at load, naming its key,
+# and nothing is computed (what is lost: nothing).
+RANGE_CASES = [
+    ("benchmark_overrides.demo.limit_groups=-1", "benchmark demo.limit_groups"),
+    ("benchmark_overrides.demo.limit_groups=0", "benchmark demo.limit_groups"),
+    ("backbone_overrides.smoke.batch_size=0", "backbone smoke.batch_size"),
+    ("backbone_overrides.smoke.max_image_pixels=0", "backbone smoke.max_image_pixels"),
+    ("backbone_overrides.smoke.min_image_pixels=0", "backbone smoke.min_image_pixels"),
+    ("backbone_overrides.smoke.max_image_pixels=1000", "backbone smoke.max_image_pixels"),  # below min_image_pixels
+    ("backbone_overrides.smoke.max_model_len=0", "backbone smoke.max_model_len"),
+    ("backbone_overrides.smoke.max_new_tokens=0", "backbone smoke.max_new_tokens"),
+    ("backbone_overrides.smoke.max_prompt_tokens=0", "backbone smoke.max_prompt_tokens"),
+    ("backbone_overrides.smoke.gpu_memory_utilization=1.5", "backbone smoke.gpu_memory_utilization"),
+    ("backbone_overrides.smoke.tensor_parallel_size=0", "backbone smoke.tensor_parallel_size"),
+    ("backbone_overrides.smoke.yes_spellings=[Yes,'']", "backbone smoke.yes_spellings[1]"),
+    ("bootstrap.n_resamples=0", "bootstrap.n_resamples"),
+    ("bootstrap.n_resamples=-5", "bootstrap.n_resamples"),
+    ("bootstrap.seed=-1", "bootstrap.seed"),
+    ("bootstrap.confidence=1", "bootstrap.confidence"),
+    ("compute.cpus_per_engine=-1", "compute.cpus_per_engine"),
+    ("compute.cpus_per_engine=0", "compute.cpus_per_engine"),
+    ("compute.gpus_per_engine=-1", "compute.gpus_per_engine"),
+    ("compute.num_cpus=0", "compute.num_cpus"),
+    ("compute.engines_per_backbone=0", "compute.engines_per_backbone"),
+    ("compute.rows_per_part=0", "compute.rows_per_part"),
+    ("questions.max_questions=0", "questions.max_questions"),
+    ("lam=-0.1", "lam"),
+    ("lam=nan", "lam"),
+    ("backbones=[]", "backbones"),
+    ("metrics=[]", "metrics"),
+    ("run_name=../other", "run_name"),
+    ("lease.ttl_s=0", "lease.ttl_s"),
+    ("benchmark_overrides.demo.protocol.breakdowns=[skills]", "benchmark demo.protocol.breakdowns[0]"),
+    ("benchmark_overrides.demo.protocol.statistics=[]", "benchmark demo.protocol.statistics"),
+    ("benchmark_overrides.demo.loader=nope", "benchmark demo.loader"),
+    ("benchmark_overrides.demo.protocol.no_questions=drop", "benchmark demo.protocol.no_questions"),
+    ("evidence.seed=-1", "evidence.seed"),
+    ("evidence.detector.batch_size=0", "evidence.detector.batch_size"),
+    ("evidence.detector.box_threshold=1.2", "evidence.detector.box_threshold"),
+    ("evidence.detector.image_size={shortest_edge: 0}", "evidence.detector.image_size.shortest_edge"),
+    ("evidence.select.threshold=nan", "evidence.select.threshold"),
+    ("judge.max_new_tokens=0", "judge.max_new_tokens"),
+]
+
+
+@pytest.mark.parametrize(("override", "key"), RANGE_CASES)
+def test_out_of_range_values_fail_at_load_naming_the_key(override, key, tmp_path):
+    with pytest.raises(ConfigError) as info:
+        load_config([f"root={tmp_path}", override])
+    assert info.value.key == key, str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_boundary_values_are_accepted(tmp_path):
+    cfg = load_config([
+        f"root={tmp_path}", "benchmark_overrides.demo.limit_groups=1", "bootstrap.n_resamples=10", "lam=0", "compute.gpus_per_engine=0",
+        "compute.cpus_per_engine=0.5", "backbone_overrides.smoke.gpu_memory_utilization=1.0", "benchmark_overrides.demo.limit_groups=null",
+    ])  # fmt: skip
+    assert cfg.benchmarks["demo"].limit_groups is None and cfg.sweep.bootstrap.n_resamples == 10
+
+
+@pytest.mark.parametrize(
+    ("args", "key"),
+    [
+        (["curation=smoke", "inputs=[/x]", "top_fraction=0"], "top_fraction"),
+        (["curation=smoke", "inputs=[/x]", "min_score=nan"], "min_score"),
+        (["curation=smoke", "inputs=[/x]", "compute.cpus_per_engine=-1"], "compute.cpus_per_engine"),
+        (["curation=smoke", "inputs=[/x]", "lease.ttl_s=-1"], "lease.ttl_s"),
+        (["curation=smoke", "inputs=[]"], "inputs"),
+    ],
+)
+def test_curation_ranges(args, key, tmp_path):
+    from pipeline.curation import load_curation_config
+
+    with pytest.raises(ConfigError) as info:
+        load_curation_config([f"root={tmp_path}", *args])
+    assert info.value.key == key, str(info.value)
+
+
+def test_malformed_override_names_its_key_in_one_line():
+    with pytest.raises(ConfigError) as info:
+        load_config(["backbones=[smoke"])
+    assert info.value.key == "backbones" and "[smoke" in str(info.value) and "\n" not in str(info.value)
+
+
+# -- every job: one line on stderr, exit code 2, never a traceback -------------------------------
+
+
+def _job(name: str):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(f"{name}_job", Path(__file__).resolve().parent.parent / "jobs" / f"{name}.py")
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    return job
+
+
+@pytest.mark.parametrize(
+    ("job", "args", "says"),
+    [
+        ("sweep", ["backbones=[smoke"], "'backbones'"),
+        ("sweep", ["bootstrap.n_resamples=-5"], "'bootstrap.n_resamples'"),
+        ("sweep", ["benchmark_overrides.demo.limit_groups=-1"], "limit_groups"),
+        ("sweep", ["benchmarks=[tifa160]", "data_root={tmp}/missing"], "{tmp}/missing/tifa160 does not exist"),
+        ("sweep", ["backbones"], "'backbones'"),
+        ("curate", ["curation=smoke", "inputs=[/x"], "'inputs'"),
+        ("curate", ["curation=smoke", "inputs=[{tmp}/missing.parquet]"], "{tmp}/missing.parquet: input shard not found"),
+        ("curate", ["curation=smoke", "inputs=[/x]", "top_fraction=1.5"], "'top_fraction'"),
+        ("tables", ["run={tmp}/missing"], "{tmp}/missing/manifest.json not found"),
+        ("tables", ["run={tmp}", "n_resamples=-5"], "n_resamples"),
+        ("metaeval", ["scores=[x", "human=h.csv"], "'scores'"),
+        ("metaeval", ["scores={tmp}/missing.parquet", "human={tmp}/h.csv"], "missing.parquet"),
+        ("metaeval", ["scores=s.parquet", "human=h.csv", "n_resamples=-5"], "'n_resamples'"),
+        ("metaeval", ["scores=s.parquet", "human=h.csv", "kind=ranking"], "'kind'"),
+    ],
+)
+def test_every_job_reports_bad_input_in_one_line_with_exit_code_2(job, args, says, tmp_path, capsys):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    if job in ("sweep", "curate"):
+        args.append(f"root={tmp_path}")
+    code = _job(job).main(args)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    if job != "tables" or "n_resamples" not in says:  # tables prints its usage line after the reason
+        assert len(err.splitlines()) == 1, err
+    assert says.replace("{tmp}", str(tmp_path)) in err and "Traceback" not in err

@@ -21,6 +21,9 @@ from operators.engines.yesno import (
     yes_no_token_ids,
 )
 
+# Tokenizer/processor/chat-template code: CI runs these again under the cluster pins (.ci/run).
+pytestmark = pytest.mark.templates
+
 
 def _image(seed: int, width: int, height: int) -> Image.Image:
     pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
@@ -237,3 +240,26 @@ def test_load_engine_resolves_builtin(monkeypatch, tmp_path):
     finally:
         engine.close()
     assert engine.model is None
+
+
+def test_images_reach_the_processor_one_list_per_prompt(engine, monkeypatch):
+    """Gemma-4's processor nests images per prompt (transformers' make_nested_list_of_images):
+    a flat list of n images is read as one prompt with n images and a batch above 1 fails."""
+    from transformers.image_utils import make_nested_list_of_images
+
+    seen = {}
+    processor = engine.processor
+
+    class Recording:
+        def __getattr__(self, name):
+            return getattr(processor, name)
+
+        def __call__(self, **kwargs):
+            seen.update(kwargs)
+            return processor(**kwargs)
+
+    monkeypatch.setattr(engine, "processor", Recording())
+    batch = [p for p in PROMPTS if p.image is not None][:3]
+    engine.score_yes_no(batch)
+    nested = make_nested_list_of_images(seen["images"])
+    assert [len(images) for images in nested] == [1] * len(seen["text"]) == [1, 1, 1]

@@ -25,6 +25,9 @@ IMAGES = {
     "img-b": Image.new("RGB", (300, 200), (0, 200, 0)),  # over the budget below: gets resized
 }
 
+# Tokenizer/processor/chat-template code: CI runs these again under the cluster pins (.ci/run).
+pytestmark = pytest.mark.templates
+
 
 def _prompt(user, image_id=None, system=None, anonymous_image=False) -> Prompt:
     if anonymous_image:
@@ -98,19 +101,22 @@ def test_sampling_kwargs_ask_for_exact_ids_and_never_prompt_logprobs():
         assert "prompt_logprobs" not in k and "logprobs" not in k
 
 
-class _Tokenizer:
-    def __init__(self, bos, adds_bos):
-        self.bos_token, self.bos_token_id, self.adds_bos = bos, 1, adds_bos
+def test_media_limits_merge_user_options_and_options_override_defaults(tiny_vlm_dir):
+    spec = BackboneSpec(name="b", model_id="m", engine="vllm", engine_options={
+        "limit_mm_per_prompt": {"video": 2}, "max_num_seqs": 8, "enable_prefix_caching": False, "cpu_dtype": "float32",
+    })
+    kwargs = vr.llm_kwargs(spec, "/models/m")
+    assert kwargs["limit_mm_per_prompt"] == {"image": 1, "video": 2, "audio": 0}
+    assert kwargs["max_num_seqs"] == 8 and kwargs["enable_prefix_caching"] is False
+    assert "cpu_dtype" not in kwargs  # an hf-engine option never reaches vLLM
+    assert vr.llm_kwargs(BackboneSpec(name="b", model_id="m"), "/m")["limit_mm_per_prompt"] == {"image": 1, "video": 0, "audio": 0}
 
-    def encode(self, text, add_special_tokens=True):
-        return ([1] if add_special_tokens and self.adds_bos else []) + [ord(c) for c in text]
 
-
-def test_strip_duplicate_bos():
-    assert vr.strip_duplicate_bos("<bos><start>hi", _Tokenizer("<bos>", adds_bos=True)) == "<start>hi"
-    assert vr.strip_duplicate_bos("<bos><start>hi", _Tokenizer("<bos>", adds_bos=False)) == "<bos><start>hi"
-    assert vr.strip_duplicate_bos("<start>hi", _Tokenizer("<bos>", adds_bos=True)) == "<start>hi"
-    assert vr.strip_duplicate_bos("<start>hi", _Tokenizer(None, adds_bos=False)) == "<start>hi"
+def test_unknown_llm_kwargs_are_named_with_suggestions():
+    valid = {"model", "max_num_seqs", "quantization", "kv_cache_dtype"}
+    with pytest.raises(ValueError, match=r"backbone 'b'.*'max_num_seq'.*did you mean 'max_num_seqs'"):
+        vr.check_llm_kwargs({"model": "m", "max_num_seq": 8}, valid, "b")
+    vr.check_llm_kwargs({"model": "m", "quantization": "fp8"}, valid, "b")
 
 
 # --- the adapter, against the fake vllm ----------------------------------------------------
@@ -145,7 +151,8 @@ def test_llm_is_built_with_the_backbone_settings(engine, fake_vllm, backbone, ti
     assert llm.model == tiny_vlm_dir
     assert llm.kwargs == {
         "revision": "abc123", "dtype": "bfloat16", "tensor_parallel_size": 2, "max_model_len": 4096,
-        "gpu_memory_utilization": 0.7, "enable_prefix_caching": True, "limit_mm_per_prompt": {"image": 1},
+        "gpu_memory_utilization": 0.7, "enable_prefix_caching": True,
+        "limit_mm_per_prompt": {"image": 1, "video": 0, "audio": 0},
         "trust_remote_code": False, "enforce_eager": True,
         # tensor parallel inside a Ray actor that already holds the GPUs: multiprocessing workers
         "distributed_executor_backend": "mp",
@@ -162,7 +169,8 @@ def test_an_explicit_executor_backend_is_kept(fake_vllm, backbone):
 def test_score_sends_one_grouped_call_and_parses_answers(engine, fake_vllm, backbone):
     scores = engine.score_yes_no(PROMPTS)
     (call,) = fake_vllm.LLM_INSTANCES[0].calls
-    assert call.kwargs == {"use_tqdm": False}
+    # the template's own BOS is kept: vLLM must not add (or, for Gemma-4, drop) special tokens
+    assert call.kwargs == {"use_tqdm": False, "tokenization_kwargs": {"add_special_tokens": False}}
 
     params = call.params.kwargs
     assert params["max_tokens"] == 1 and params["temperature"] == 0.0
@@ -185,11 +193,10 @@ def test_score_sends_one_grouped_call_and_parses_answers(engine, fake_vllm, back
 
     # Expected answers from the fake's own formula, in input order.
     expected = np.empty((len(PROMPTS), 2))
+    vocab = fake_vllm.LLM_INSTANCES[0].vocab_size
     for request, i in zip(requests, order, strict=True):
-        expected[i] = [
-            logsumexp([fake_vllm.fake_logprob(request, t) for t in engine.yes_ids]),
-            logsumexp([fake_vllm.fake_logprob(request, t) for t in engine.no_ids]),
-        ]
+        row = fake_vllm.fake_logprobs(request, vocab)
+        expected[i] = [logsumexp(row[engine.yes_ids]), logsumexp(row[engine.no_ids])]
     assert scores.shape == (len(PROMPTS), 2) and scores.dtype == np.float64
     np.testing.assert_allclose(scores, expected, rtol=0, atol=1e-12)
 

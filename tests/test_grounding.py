@@ -296,3 +296,19 @@ def test_rules_feed_the_grounding_only_metric():
         rows.append({"item_id": "a", "claim_id": claim_id, "groundable": s.groundable, "s": s.s})
     score = grounding_only(pl.DataFrame(rows), ["a"])["score"][0]
     assert score == pytest.approx(2 / 3 * math.sqrt(0.9 * 0.4))  # M/N times the geometric mean
+
+
+def test_a_query_does_not_depend_on_its_batch_neighbours(tiny_gdino_dir):
+    """Same (image, phrase) alone and next to different-sized images and longer phrases:
+    identical boxes and scores (the per-(image, phrase) cache relies on it)."""
+    loose = Thresholds(box=0.0, text=0.0, max_boxes=900)  # every box: the scores themselves are compared
+    detector = GroundingDetector(tiny_gdino_dir, image_size=SIZE, thresholds=loose, batch_size=8)
+    image, phrase = scene(1, 90, 160), "red square"
+    alone = detector.detect([image], [phrase])[0]
+    neighbours = [scene(2, 160, 120), image, scene(3, 100, 100), scene(4, 120, 160)]
+    phrases = ["a big blue circle on the left of a green triangle", phrase, "cat", "two yellow squares"]
+    mixed = detector.detect(neighbours, phrases)[1]
+    assert len(alone) == len(mixed) > 0
+    np.testing.assert_allclose(mixed.box_scores, alone.box_scores, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(mixed.text_scores, alone.text_scores, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(mixed.boxes, alone.boxes, rtol=0, atol=1e-6 * 160)

@@ -132,3 +132,59 @@ def test_fit_pixels_bounds_and_aspect(width, height, max_pixels, min_ratio):
         low = max((w - 1) / width, (h - 1) / height)
         high = min((w + 1) / width, (h + 1) / height)
         assert low <= high + 1e-12
+
+
+# -- pixel modes (issue 12): 16-bit and other modes decode to the right colours, or are refused --
+
+
+def _png(img: Image.Image) -> bytes:
+    return _encode(img, "PNG")
+
+
+def test_16_bit_grayscale_png_is_a_gradient_not_solid_white():
+    ramp = np.linspace(0, 65535, 256)[None, :].repeat(4, axis=0).astype(np.uint16)
+    data = _png(Image.fromarray(ramp))  # mode I;16 (a 16-bit grayscale PNG, as scanners and medical images write)
+    pixels = np.asarray(decode_image(data, "ramp16.png")).astype(int)
+    # Pillow's plain convert("RGB") clipped at 255: 98% of this image came out white.
+    assert (pixels == 255).mean() < 0.01
+    assert np.array_equal(pixels[0, :, 0], np.round(np.linspace(0, 255, 256)).astype(int))  # 65535/257 = 255, linearly
+    assert (pixels[..., 0] == pixels[..., 1]).all() and (pixels[..., 1] == pixels[..., 2]).all()
+
+
+def test_dark_16_bit_image_stays_dark():
+    dark = np.full((8, 8), 1000, dtype=np.uint16)  # 1.5% of full scale: must not be stretched to white
+    assert np.asarray(decode_image(_png(Image.fromarray(dark)), "dark16.png"))[0, 0, 0] == round(1000 / 257)
+
+
+def test_32_bit_and_float_grayscale():
+    as_i = Image.fromarray(np.array([[0, 32768, 65535]] * 2, dtype=np.int32), "I")
+    assert np.asarray(decode_image(_encode(as_i, "TIFF"), "i.tif"))[0, :, 0].tolist() == [0, 128, 255]
+    unit = Image.fromarray(np.array([[0.0, 0.5, 1.0]] * 2, dtype=np.float32), "F")
+    assert np.asarray(decode_image(_encode(unit, "TIFF"), "f.tif"))[0, :, 0].tolist() == [0, 128, 255]
+    wild = Image.fromarray(np.array([[-3.0, 1e6]] * 2, dtype=np.float32), "F")
+    with pytest.raises(ImageError, match=r"f2.tif: float pixels span -3..1e\+06"):
+        decode_image(_encode(wild, "TIFF"), "f2.tif")
+    huge = Image.fromarray(np.array([[0, 10_000_000]] * 2, dtype=np.int32), "I")
+    with pytest.raises(ImageError, match="outside 0..65535"):
+        decode_image(_encode(huge, "TIFF"), "i2.tif")
+
+
+def test_transparency_is_shown_on_white():
+    rgba = Image.new("RGBA", (4, 4), (10, 20, 30, 0))  # fully transparent dark pixels
+    rgba.putpixel((0, 0), (200, 0, 0, 255))
+    pixels = np.asarray(decode_image(_png(rgba), "rgba.png"))
+    assert pixels[0, 0].tolist() == [200, 0, 0] and pixels[3, 3].tolist() == [255, 255, 255]
+    la = Image.fromarray(np.stack([np.full((2, 2), 40, np.uint8), np.array([[255, 0], [128, 0]], np.uint8)], -1), "LA")
+    gray = np.asarray(decode_image(_png(la), "la.png"))[:, :, 0].astype(int)
+    assert gray[0].tolist() == [40, 255] and gray[1, 1] == 255 and abs(gray[1, 0] - (40 + 255) / 2) <= 1  # half-transparent: halfway
+    palette = Image.new("P", (2, 1))
+    palette.putpalette([0, 0, 0, 0, 255, 0] + [0] * 762)
+    palette.putpixel((1, 0), 1)
+    palette.info["transparency"] = 0  # palette entry 0 (black) is transparent
+    assert np.asarray(decode_image(_encode(palette, "PNG", transparency=0), "p.png"))[0].tolist() == [[255, 255, 255], [0, 255, 0]]
+
+
+def test_cmyk_decodes_to_its_colours():
+    cmyk = Image.new("CMYK", (2, 2), (0, 255, 255, 0))  # no black, full magenta + yellow: red
+    assert np.asarray(decode_image(_encode(cmyk, "TIFF"), "c.tif"))[0, 0].tolist() == [255, 0, 0]
+    assert np.asarray(decode_image(_encode(cmyk, "JPEG", quality=100), "c.jpg"))[0, 0, 0] > 240

@@ -121,7 +121,7 @@ def test_dsg_files_errors_name_the_file_and_column(tmp_path, dsg_files):
 
 def test_cli_released_dsg(tmp_path, dsg_files, capsys):
     code = metaeval_main(
-        ["released=dsg", f"scores={dsg_files[0]}", f"human={dsg_files[1]}", "n_resamples=0", f"out={tmp_path / 'out'}"]
+        ["released=dsg", f"scores={dsg_files[0]}", f"human={dsg_files[1]}", "n_resamples=20", f"out={tmp_path / 'out'}"]
     )
     assert code == 0
     printed = capsys.readouterr().out

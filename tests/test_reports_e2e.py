@@ -94,8 +94,10 @@ def test_cli_rejects_bad_arguments(tmp_path, capsys):
     spec.loader.exec_module(job)
     assert job.main(["out=x"]) == 2 and "run=<run dir" in capsys.readouterr().err
     assert job.main([f"run={tmp_path}", "colour=red"]) == 2
-    assert job.main([f"run={tmp_path}"]) == 1 and "manifest.json not found" in capsys.readouterr().err
-    assert job.parse_args(["run=r", "formats=[md, csv]", "n_resamples=7"]) == {"run": "r", "out": None, "formats": ["md", "csv"], "n_resamples": 7}
+    assert job.main([f"run={tmp_path}"]) == 2 and "manifest.json not found" in capsys.readouterr().err
+    assert job.parse_args(["run=r", "formats=[md, csv]", "n_resamples=70"]) == {"run": "r", "out": None, "formats": ["md", "csv"], "n_resamples": 70}
+    for bad in ("n_resamples=0", "n_resamples=-5", "n_resamples=many", "formats=[md,docx]"):
+        assert job.main([f"run={tmp_path}", bad]) == 2, bad  # checked before the run is read
 
 
 @pytest.fixture

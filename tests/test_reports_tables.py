@@ -20,6 +20,7 @@ from scipy import stats as sps
 
 from pipeline.reports import tables as T
 from pipeline.reports.run import BackboneInfo, open_run
+from pipeline.runstate import output_files
 
 BACKBONES = {"qwen3_5-27b": ("qwen3_5", "27B"), "internvl3_5-8b": ("internvl3_5", "8B"), "qwen3_5-4b": ("qwen3_5", "4B")}
 METRICS = ["depict", "agree", "agree_unweighted", "agree_unweighted+vqascore", "soft_tifa_am", "soft_tifa_am+vqascore", "dsg", "vqascore", "mean_commitment"]
@@ -180,7 +181,13 @@ def write_synthetic_run(run_dir) -> None:
     records_frame(items).write_parquet(run_dir / "records" / "qwen3_5-27b.parquet")
     statistics_frame().write_parquet(run_dir / "statistics.parquet")
     deltas_frame().write_parquet(run_dir / "deltas.parquet")
-    (run_dir / "manifest.json").write_text(json.dumps(manifest()))
+    mark_finished(run_dir)
+
+
+def mark_finished(run_dir) -> None:
+    """Mark the run finished the way a sweep does: every file listed with its digest."""
+    finished = {**manifest(), "status": "finished", "run_id": "synthetic", "outputs": output_files(str(run_dir))}
+    (run_dir / "manifest.json").write_text(json.dumps(finished))
 
 
 @pytest.fixture(scope="module")
@@ -234,6 +241,7 @@ def test_commitment_gain_reports_items_it_leaves_out(tmp_path):
     frame = pl.read_parquet(path)
     gap = (pl.col("item_id") == "genai/p0-0") & (pl.col("metric") == "mean_commitment")
     frame.with_columns(score=pl.when(gap).then(None).otherwise(pl.col("score"))).write_parquet(path)
+    mark_finished(tmp_path / "run")
     run = open_run(str(tmp_path / "run"))
     table = T.commitment_gain_table(run, n_resamples=N_RESAMPLES)
     assert "qwen3_5-27b / genai: 1 item(s) without a human value or one of the three scores left out." in table.notes
@@ -247,6 +255,7 @@ def test_rows_without_a_key_field_are_reported_and_skipped(tmp_path):
     path = tmp_path / "run" / "scores" / "qwen3_5-4b.parquet"
     frame = pl.read_parquet(path)
     frame.with_columns(metric=pl.when(pl.int_range(pl.len()) == 3).then(None).otherwise(pl.col("metric"))).write_parquet(path)
+    mark_finished(tmp_path / "run")
     run = open_run(str(tmp_path / "run"))
     assert run.problems == [f"{path}: row 3 has no metric; skipped"]
     assert run.scores.filter(pl.col("backbone") == "qwen3_5-4b").height == frame.height - 1
@@ -484,6 +493,7 @@ def test_comparison_table_lists_kendall_and_pearson_when_the_run_has_them(tmp_pa
         statistic=pl.lit("kendall"), value=pl.col("value") * 0.8
     )
     pl.concat([statistics, extra]).write_parquet(tmp_path / "statistics.parquet")
+    mark_finished(tmp_path)  # edited after the run finished: mark it finished again
     table = {t.name: t for t in T.comparison_tables(open_run(str(tmp_path)))}["comparison_qwen3_5-27b"]
     assert [c.key for c in table.columns][:2] == ["genai:srcc", "genai:kendall"]
     assert "genai:pearson" not in [c.key for c in table.columns]  # not in this run: no empty column

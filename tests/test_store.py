@@ -69,3 +69,107 @@ def test_atomic_single_files_and_markers(tmp_path):
 def test_schema_needs_key():
     with pytest.raises(ValueError):
         PartStore("/tmp/x", pa.schema([("a", pa.int64())]))
+
+
+# -- the store checks itself (issue 12): accidents a user has, and what they cost: nothing --------
+
+
+def test_a_truncated_part_is_quarantined_named_and_its_keys_read_as_missing(tmp_path, caplog):
+    store = PartStore(str(tmp_path), schema.ANSWERS)
+    good = store.write(answers(["a", "b"]))
+    bad = store.write(answers(["c", "d"]))
+    path = bad.removeprefix("file://")
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[: len(data) // 2])  # a copy cut short by a full disk
+    with caplog.at_level("WARNING"):
+        assert store.missing(["a", "b", "c", "d"]).to_pylist() == [False, False, True, True]
+    assert path in caplog.text  # the message names the file
+    assert [q["path"] for q in store.quarantined] == [path]
+    # moved aside, not deleted, and no longer read
+    moved = list((tmp_path / "_quarantine").iterdir())
+    assert len(moved) == 1 and moved[0].read_bytes() == data[: len(data) // 2]
+    assert store.part_paths() == [good.removeprefix("file://")]
+    # what is lost: nothing. the keys are written again under the same name
+    assert store.write(answers(["c", "d"])) == bad
+    assert sorted(store.keys().to_pylist()) == ["a", "b", "c", "d"]
+
+
+def test_a_part_with_the_wrong_columns_is_bad_too(tmp_path):
+    store = PartStore(str(tmp_path), schema.ANSWERS)
+    write_table(str(tmp_path / "part-0000.parquet"), pa.table({"key": ["x"], "other": [1]}))
+    store.write(answers(["a"]))
+    assert store.read().column("key").to_pylist() == ["a"]
+    assert "logp_yes" in store.quarantined[0]["reason"] or "backbone" in store.quarantined[0]["reason"]
+
+
+def test_writing_over_a_bad_part_of_the_same_name_replaces_it(tmp_path):
+    store = PartStore(str(tmp_path), schema.ANSWERS)
+    url = store.part_url(["a", "b"])
+    (tmp_path / url.rsplit("/", 1)[1]).write_bytes(b"PAR1 not really")  # a hand copy gone wrong
+    assert store.write(answers(["a", "b"], value=2.0)) == url
+    assert store.read().column("logp_yes").to_pylist() == [2.0, 2.0]
+    assert not store.quarantined  # replaced in place, nothing moved
+
+
+def test_a_part_that_vanishes_while_reading_counts_as_missing(tmp_path, monkeypatch):
+    store = PartStore(str(tmp_path), schema.ANSWERS)
+    store.write(answers(["a"]))
+    gone = store.write(answers(["b"]))
+    paths = store.part_paths()
+    monkeypatch.setattr(store, "part_paths", lambda: paths)  # listed, then collected by another process
+    os.remove(gone.removeprefix("file://"))
+    assert store.missing(["a", "b"]).to_pylist() == [False, True]
+    assert not store.quarantined
+
+
+def test_markers_can_be_cleared(tmp_path):
+    markers = Markers(str(tmp_path))
+    markers.mark("u", {})
+    markers.clear("u")
+    markers.clear("u")  # twice: harmless
+    assert not markers.done("u")
+
+
+def test_on_s3_a_truncated_part_is_quarantined_and_verify_sees_it(moto_s3):
+    from pipeline.store_admin import gc, verify
+
+    moto_s3.mkdir("cache")
+    store = PartStore("s3://cache/store/answers/b", schema.ANSWERS)
+    store.write(answers(["a"]))
+    bad = store.write(answers(["b", "c"]))
+    moto_s3.pipe_file(bad, b"PAR1 cut short")
+    (report,) = verify("s3://cache/store")
+    assert [b["path"] for b in report.bad_parts] == [bad] and report.keys == 1
+    assert store.missing(["a", "b", "c"]).to_pylist() == [False, True, True]
+    assert store.quarantined[0]["moved_to"].startswith("s3://cache/store/answers/b/_quarantine/")
+    store.write(answers(["b", "c"]))
+    (report,) = verify("s3://cache/store")
+    assert report.ok and report.keys == 3 and len(report.quarantined) == 1
+    assert len(gc("s3://cache/store")) == 1
+    (report,) = verify("s3://cache/store")
+    assert not report.quarantined
+
+
+def test_every_needed_key_is_read_back_or_the_stage_stops(tmp_path, monkeypatch):
+    """A part that vanishes between the stage's check and the read is computed once more; a
+    key that cannot be found even then stops the run instead of becoming a null score."""
+    from pipeline.stages import engine_stage
+    from pipeline.stages.engine_stage import ActorPool, run_and_read
+
+    store = PartStore(str(tmp_path), schema.ANSWERS)
+    store.write(answers(["a", "b"]))
+    requests = pa.table({"key": ["a", "b"]})
+    kwargs = {"stage": "answers", "unit": "b", "requests": requests, "store": store, "worker_cls": None, "worker_kwargs": {}, "pool": ActorPool()}
+    real = engine_stage._needed_rows
+    calls = []
+
+    def first_read_loses_everything(store, requests, columns):
+        calls.append(requests.num_rows)
+        return real(store, requests, columns).slice(0, 0) if len(calls) == 1 else real(store, requests, columns)
+
+    monkeypatch.setattr(engine_stage, "_needed_rows", first_read_loses_everything)
+    stored, report = run_and_read(columns=["key", "logp_yes"], **kwargs)
+    assert sorted(stored.column("key").to_pylist()) == ["a", "b"] and len(calls) == 2
+    monkeypatch.setattr(engine_stage, "_needed_rows", lambda store, requests, columns: real(store, requests, columns).slice(0, 0))
+    with pytest.raises(RuntimeError, match="2 needed keys are still missing"):
+        run_and_read(**kwargs)

@@ -11,6 +11,9 @@ from PIL import Image
 from operators import tiny_models
 from operators.tiny_models import BUILDERS, build_tiny_vlm, resolve_model_id
 
+# Tokenizer/processor/chat-template code: CI runs these again under the cluster pins (.ci/run).
+pytestmark = pytest.mark.templates
+
 
 def test_tiny_vlm_loads_as_qwen3_5(tiny_vlm_dir):
     from transformers import AutoModelForImageTextToText, AutoProcessor

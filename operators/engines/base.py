@@ -31,3 +31,14 @@ class Engine(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class LengthAware(Protocol):
+    """Optional: engines that can measure prompts let the answering layer refuse, before any
+    model work, prompts longer than the model can take (`operators.answering`)."""
+
+    max_prompt_tokens: int | None  # None: no limit known
+
+    def prompt_lengths(self, prompts: Sequence[Prompt]) -> list[int]:
+        """Tokens each prompt occupies in the model's input, image tokens included."""
+        ...

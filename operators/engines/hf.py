@@ -18,7 +18,7 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from operators.engines.base import Prompt
 from operators.engines.spec import BackboneSpec
-from operators.engines.yesno import render_prompt, yes_no_logprobs, yes_no_token_ids
+from operators.engines.yesno import multi_token_spellings, render_prompt, yes_no_logprobs, yes_no_token_ids
 from operators.images import fit_pixels
 from operators.tiny_models import resolve_model_id
 
@@ -40,11 +40,37 @@ class HFEngine:
             path, revision=spec.revision, dtype=getattr(torch, dtype), trust_remote_code=spec.trust_remote_code
         ).to(self.device).eval()
         self.yes_ids, self.no_ids = yes_no_token_ids(self.tokenizer, spec.yes_spellings, spec.no_spellings)
+        self.multi_token_spellings = multi_token_spellings(self.tokenizer, [*spec.yes_spellings, *spec.no_spellings])
+        self.prompt_tokens = 0  # prompt tokens scored so far (image tokens included): for throughput reports
+        text_config = self.model.config.get_text_config()
+        self.max_prompt_tokens = spec.max_prompt_tokens or getattr(text_config, "max_position_embeddings", None)
+
+    def prompt_lengths(self, prompts: Sequence[Prompt]) -> list[int]:
+        """Input tokens per prompt: the rendered text's tokens plus each image's expansion
+        (measured once per distinct image), without running the model."""
+        texts = [render_prompt(self.processor, p, self.spec.chat_template_kwargs, self.spec.assistant_prefix) for p in prompts]
+        lengths = [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        expansion: dict = {}
+        for i, p in enumerate(prompts):
+            if p.image is not None:
+                key = p.image_id or id(p.image)
+                if key not in expansion:
+                    expansion[key] = self._image_tokens(p.image)
+                lengths[i] += expansion[key]
+        return lengths
+
+    def _image_tokens(self, image) -> int:
+        """How many tokens an image adds beyond its placeholder in the chat text."""
+        text = render_prompt(self.processor, Prompt(user="", image=image), self.spec.chat_template_kwargs, self.spec.assistant_prefix)
+        fitted = fit_pixels(image, self.spec.max_image_pixels, self.spec.min_image_pixels)
+        with_image = self.processor(text=[text], images=[fitted], add_special_tokens=False)["input_ids"][0]
+        return len(with_image) - len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def score_yes_no(self, prompts: Sequence[Prompt]) -> np.ndarray:
         out = np.empty((len(prompts), 2), dtype=np.float64)
         for indices in self._batches(prompts):
             inputs = self._encode([prompts[i] for i in indices])
+            self.prompt_tokens += int(inputs["attention_mask"].sum())
             with torch.inference_mode():
                 logits = self.model(**inputs, logits_to_keep=1).logits[:, -1, :]
             logprobs = torch.log_softmax(logits.float(), dim=-1).cpu().numpy()
@@ -73,9 +99,14 @@ class HFEngine:
             torch.cuda.empty_cache()
 
     def _batches(self, prompts: Sequence[Prompt]) -> Iterator[list[int]]:
-        """Indices in batches of `batch_size`; caption-only and image prompts never share one."""
+        """Indices in batches of `batch_size`; caption-only and image prompts never share one.
+
+        Within each kind, prompts are ordered by length so that a long prompt is padded
+        against prompts of its own length, not the other way round.
+        """
         for with_image in (False, True):
             group = [i for i, p in enumerate(prompts) if (p.image is not None) == with_image]
+            group.sort(key=lambda i: (len(prompts[i].user) + len(prompts[i].system or ""), i))
             for start in range(0, len(group), self.spec.batch_size):
                 yield group[start:start + self.spec.batch_size]
 
@@ -84,8 +115,10 @@ class HFEngine:
             render_prompt(self.processor, p, self.spec.chat_template_kwargs, self.spec.assistant_prefix)
             for p in prompts
         ]
+        # One list of images per prompt: processors that batch several images per prompt
+        # (Gemma-4) read a flat list as ONE prompt's images and reject any batch above 1.
         images = [
-            fit_pixels(p.image, self.spec.max_image_pixels, self.spec.min_image_pixels)
+            [fit_pixels(p.image, self.spec.max_image_pixels, self.spec.min_image_pixels)]
             for p in prompts if p.image is not None
         ]
         # The chat template already wrote any BOS; the tokenizer must not add a second one.

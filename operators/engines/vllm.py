@@ -4,6 +4,8 @@
 """
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from collections.abc import Sequence
 
 import numpy as np
@@ -11,7 +13,7 @@ import numpy as np
 from operators.engines import vllm_requests as vr
 from operators.engines.base import Prompt
 from operators.engines.spec import BackboneSpec
-from operators.engines.yesno import render_prompt, yes_no_token_ids
+from operators.engines.yesno import multi_token_spellings, render_prompt, yes_no_token_ids
 from operators.tiny_models import resolve_model_id
 
 
@@ -24,6 +26,20 @@ def _import_vllm():
             "(or choose engine: hf for this backbone)"
         ) from e
     return vllm
+
+
+def llm_keywords(vllm) -> set[str] | None:
+    """Every keyword `vllm.LLM(...)` accepts: its own parameters and, through its **kwargs,
+    every `EngineArgs` field. None when this vllm does not expose EngineArgs."""
+    params = inspect.signature(vllm.LLM.__init__).parameters
+    names = {n for n, p in params.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)} - {"self"}
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        try:
+            from vllm.engine.arg_utils import EngineArgs
+        except ImportError:
+            return None
+        names |= {f.name for f in dataclasses.fields(EngineArgs)}
+    return names
 
 
 class VLLMEngine:
@@ -41,23 +57,13 @@ class VLLMEngine:
         tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.tokenizer = tokenizer
         self.yes_ids, self.no_ids = yes_no_token_ids(tokenizer, spec.yes_spellings, spec.no_spellings)
-        options = dict(spec.engine_options)
-        if spec.tensor_parallel_size > 1:
-            # The Ray actor holding this engine already reserved tensor_parallel_size GPUs on one
-            # node; vLLM's own Ray executor would ask the cluster for them a second time and wait.
-            options.setdefault("distributed_executor_backend", "mp")
-        self.llm = vllm.LLM(
-            model=path,
-            revision=spec.revision,
-            dtype=spec.dtype,
-            tensor_parallel_size=spec.tensor_parallel_size,
-            max_model_len=spec.max_model_len,
-            gpu_memory_utilization=spec.gpu_memory_utilization,
-            enable_prefix_caching=True,
-            limit_mm_per_prompt={"image": 1},
-            trust_remote_code=spec.trust_remote_code,
-            **options,
-        )
+        self.multi_token_spellings = multi_token_spellings(tokenizer, [*spec.yes_spellings, *spec.no_spellings])
+        kwargs = vr.llm_kwargs(spec, path)
+        valid = llm_keywords(vllm)
+        if valid is not None:
+            vr.check_llm_kwargs(kwargs, valid, spec.name)
+        self.llm = vllm.LLM(**kwargs)
+        self.prompt_tokens = 0  # prompt tokens sent so far (image tokens included): for throughput reports
 
     def score_yes_no(self, prompts: Sequence[Prompt]) -> np.ndarray:
         params = self._vllm.SamplingParams(**vr.yes_no_sampling_kwargs(self.yes_ids, self.no_ids))
@@ -69,15 +75,31 @@ class VLLMEngine:
         params = self._vllm.SamplingParams(**vr.generation_sampling_kwargs(max_new_tokens))
         return [vr.parse_text(o) for o in self._run(prompts, params)]
 
+    def prefix_cache_hit_rate(self) -> float | None:
+        """Share of prompt tokens served from vLLM's prefix cache so far (None without stats:
+        vLLM keeps them only with engine option disable_log_stats: false)."""
+        try:
+            metrics = list(self.llm.get_metrics())
+        except Exception:  # stats disabled, or a vLLM without get_metrics
+            return None
+        def total(name: str) -> float:  # one counter per engine replica (data parallel)
+            return float(sum(getattr(m, "value", 0) or 0 for m in metrics if m.name == name))
+        queries = total("vllm:prefix_cache_queries")
+        return total("vllm:prefix_cache_hits") / queries if queries else None
+
     def close(self) -> None:
         self.llm = None
 
     def _run(self, prompts: Sequence[Prompt], params) -> list:
-        """Send all prompts at once (vLLM schedules them), image-grouped; answers in input order."""
+        """Send all prompts at once (vLLM schedules them), image-grouped; answers in input order.
+
+        The chat template already wrote any BOS: vLLM must not add a second one (nor, as for
+        Gemma-4, silently drop the tokenizer's) - the same token ids as the hf engine.
+        """
         requests, order = vr.prepare(prompts, self._render, self.spec.max_image_pixels, self.spec.min_image_pixels)
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        outputs = self.llm.generate(requests, params, use_tqdm=False, tokenization_kwargs=dict(vr.TOKENIZATION_KWARGS))
+        self.prompt_tokens += sum(len(getattr(o, "prompt_token_ids", None) or ()) for o in outputs)
         return vr.restore_order(list(outputs), order)
 
     def _render(self, prompt: Prompt) -> str:
-        text = render_prompt(self.processor, prompt, self.spec.chat_template_kwargs, self.spec.assistant_prefix)
-        return vr.strip_duplicate_bos(text, self.tokenizer)
+        return render_prompt(self.processor, prompt, self.spec.chat_template_kwargs, self.spec.assistant_prefix)

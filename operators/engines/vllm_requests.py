@@ -15,18 +15,60 @@ from operators.engines.base import Prompt
 from operators.engines.yesno import yes_no_logprobs
 from operators.images import fit_pixels
 
+# How vLLM must tokenize our rendered prompts: exactly like the hf engine, which tokenizes
+# the template's text with add_special_tokens=False (the template writes BOS itself).
+# vLLM's default adds special tokens (a second BOS for Llama/Gemma-3-style templates) except
+# for models it special-cases (Gemma-4 with a chat template: none added), so we say it.
+TOKENIZATION_KWARGS = {"add_special_tokens": False}
 
-def strip_duplicate_bos(text: str, tokenizer: Any) -> str:
-    """Drop a BOS the chat template wrote when the tokenizer adds its own.
+# Media we never send: vLLM budgets (and profiles memory for) every modality a model accepts
+# unless told its limit is 0.
+MEDIA_LIMITS = {"image": 1, "video": 0, "audio": 0}
 
-    vLLM tokenizes a text prompt with special tokens; without this, templates that start
-    with BOS (Gemma, Llama) would feed the model two of them.
+
+def llm_kwargs(spec: Any, model_path: str) -> dict:
+    """Keyword arguments for `vllm.LLM`: the backbone's settings, then its `engine_options`.
+
+    A user's `limit_mm_per_prompt` is merged into ours (not a duplicate keyword), and an
+    explicit option overrides our default of the same name.
     """
-    bos = getattr(tokenizer, "bos_token", None)
-    if not bos or not text.startswith(bos):
-        return text
-    adds_bos = tokenizer.encode("x", add_special_tokens=True)[:1] == [tokenizer.bos_token_id]
-    return text[len(bos):] if adds_bos else text
+    options = dict(spec.engine_options)
+    limits = dict(MEDIA_LIMITS)
+    limits.update(dict(options.pop("limit_mm_per_prompt", None) or {}))
+    options.pop("cpu_dtype", None)  # hf engine only
+    kwargs = {
+        "model": model_path,
+        "revision": spec.revision,
+        "dtype": spec.dtype,
+        "tensor_parallel_size": spec.tensor_parallel_size,
+        "max_model_len": spec.max_model_len,
+        "gpu_memory_utilization": spec.gpu_memory_utilization,
+        "enable_prefix_caching": True,
+        "limit_mm_per_prompt": limits,
+        "trust_remote_code": spec.trust_remote_code,
+    }
+    if spec.tensor_parallel_size > 1:
+        # The Ray actor holding this engine already reserved tensor_parallel_size GPUs on one
+        # node; vLLM's own Ray executor would ask the cluster for them a second time and wait.
+        kwargs["distributed_executor_backend"] = "mp"
+    kwargs.update(options)
+    return kwargs
+
+
+def check_llm_kwargs(kwargs: dict, valid: set[str], backbone: str) -> None:
+    """Refuse `vllm.LLM` keywords vLLM does not know (a misspelt engine option), naming them."""
+    import difflib
+
+    unknown = sorted(set(kwargs) - set(valid))
+    if unknown:
+        hints = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, sorted(valid), n=1)
+            hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ValueError(
+            f"backbone {backbone!r}: vLLM does not know the engine option(s) {', '.join(hints)}; "
+            "see vllm.engine.arg_utils.EngineArgs for the valid names"
+        )
 
 
 def build_request(prompt: Prompt, text: str, max_pixels: int, min_pixels: int) -> dict:

@@ -6,6 +6,7 @@ log-probabilities (`answer_token_ids`, `yes_no_logprobs`). Pure: no torch import
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,6 +14,8 @@ import numpy as np
 from scipy.special import logsumexp
 
 from operators.engines.base import Prompt
+
+log = logging.getLogger(__name__)
 
 
 def chat_messages(prompt: Prompt) -> list[dict]:
@@ -45,32 +48,73 @@ def render_prompt(
 
 
 def answer_token_ids(tokenizer: Any, spellings: Sequence[str]) -> list[int]:
-    """First token id of each spelling (encoded without special tokens), deduplicated, in order.
+    """Token id of each single-token spelling (encoded without special tokens), deduplicated, in order.
 
-    Only the first token matters: the answer is read from one generated token.
+    The answer is read from ONE generated token, so only a spelling that is one token can be
+    counted exactly; a spelling that encodes to several tokens is left out (its first piece
+    may start unrelated words: counting it would add foreign mass to the answer). Which
+    spellings were left out: `multi_token_spellings`. Raises when no spelling is one token.
     """
     if not spellings:
         raise ValueError("no answer spellings given")
     ids: list[int] = []
     for spelling in spellings:
-        encoded = tokenizer.encode(spelling, add_special_tokens=False)
-        if not encoded:
-            raise ValueError(f"answer spelling {spelling!r} encodes to no tokens")
-        ids.append(int(encoded[0]))
+        encoded = _encode(tokenizer, spelling)
+        if len(encoded) == 1:
+            ids.append(int(encoded[0]))
+    if not ids:
+        pieces = {s: _pieces(tokenizer, s) for s in spellings}
+        raise ValueError(
+            f"none of the answer spellings {list(spellings)} is a single token for this tokenizer "
+            f"(pieces: {pieces}); give spellings the model can answer in one token"
+        )
     return list(dict.fromkeys(ids))
+
+
+def multi_token_spellings(tokenizer: Any, spellings: Sequence[str]) -> dict[str, list[str]]:
+    """The spellings `answer_token_ids` leaves out, each with the tokens it encodes to."""
+    return {s: _pieces(tokenizer, s) for s in spellings if len(_encode(tokenizer, s)) > 1}
+
+
+def _encode(tokenizer: Any, spelling: str) -> list[int]:
+    encoded = tokenizer.encode(spelling, add_special_tokens=False)
+    if not encoded:
+        raise ValueError(f"answer spelling {spelling!r} encodes to no tokens")
+    return list(encoded)
+
+
+def _pieces(tokenizer: Any, spelling: str) -> list[str]:
+    return [str(t) for t in tokenizer.convert_ids_to_tokens(_encode(tokenizer, spelling))]
 
 
 def yes_no_token_ids(
     tokenizer: Any, yes_spellings: Sequence[str], no_spellings: Sequence[str]
 ) -> tuple[list[int], list[int]]:
-    """Token ids for each answer; refuses spellings whose first tokens collide across answers."""
+    """Token ids for each answer; refuses spellings whose tokens collide across answers.
+
+    Multi-token spellings are left out with a warning (see `answer_token_ids`).
+    """
     yes_ids = answer_token_ids(tokenizer, yes_spellings)
     no_ids = answer_token_ids(tokenizer, no_spellings)
+    dropped = multi_token_spellings(tokenizer, [*yes_spellings, *no_spellings])
+    if dropped:
+        log.warning("answer spellings that are several tokens are not counted: %s", dropped)
     shared = set(yes_ids) & set(no_ids)
     if shared:
         names = {i: tokenizer.convert_ids_to_tokens(i) for i in sorted(shared)}
         raise ValueError(f"yes and no spellings share first tokens {names}: answers would be indistinguishable")
     return yes_ids, no_ids
+
+
+def answer_mass(logp_yes: Any, logp_no: Any) -> np.ndarray:
+    """P(yes spellings) + P(no spellings): how much of the next-token distribution the answers got.
+
+    Both inputs are raw log-probabilities over the whole vocabulary, so the mass is at most
+    1; the rest went to other tokens. A low mass means the model was not about to answer
+    yes or no (wrong template, missing BOS, a thought prefix), and the normalised answer
+    is then read from noise.
+    """
+    return np.exp(np.logaddexp(np.asarray(logp_yes, dtype=np.float64), np.asarray(logp_no, dtype=np.float64)))
 
 
 def yes_no_logprobs(

@@ -2,8 +2,8 @@
 
 - `Folder`: a local directory or `s3://` (any fsspec) prefix. Paths written *in the data*
   (image names, CSV columns) are joined with `Folder.join`, which refuses anything that
-  would leave the folder ("../", absolute paths, URLs), so a bad release cannot point the
-  job at arbitrary files. Paths written *in the config* are trusted (`Folder.sub`).
+  would leave the folder ("../", absolute paths, URLs, and locally a symbolic link that
+  resolves outside it), so a bad release cannot point the job at arbitrary files. Paths written *in the config* are trusted (`Folder.sub`).
 - Existence checks list each directory once instead of one request per image: 9,600
   HEAD requests against S3 would take minutes, one listing takes a second.
 - `BadRecord` is what a record parser raises; the loader turns it into a `Problem` and
@@ -42,6 +42,27 @@ class BadRecord(ValueError):
         super().__init__(message)
         self.field = field
         self.message = message
+
+
+# Loaders that write their own files under root on first use (the built-in demo).
+SELF_WRITING_LOADERS = ("demo",)
+
+
+def missing_release_folder(root: str, loader: str) -> str | None:
+    """Why `root` cannot hold the release (None if it can): checked before any work, so a
+    mistyped data_root fails in one line naming the folder instead of deep in a loader."""
+    if loader in SELF_WRITING_LOADERS:
+        return None
+    from pipeline.storage import retrying
+
+    try:
+        fs, path = url_to_fs(root)
+        fs.invalidate_cache(path)
+        if retrying(f"list {root}", lambda: fs.isdir(path)):
+            return None
+        return f"{root} is a file, not a folder" if retrying(f"check {root}", lambda: fs.exists(path)) else f"folder {root} does not exist"
+    except (OSError, ValueError) as exc:
+        return f"cannot read folder {root}: {' '.join(str(exc).split())}"
 
 
 class Folder:
@@ -90,7 +111,19 @@ class Folder:
         normal = posixpath.normpath(relative)
         if normal == ".." or normal.startswith("../"):
             raise BadRecord(None, f"path {relative!r} escapes the dataset folder {self.uri()}")
-        return posixpath.join(self.path, normal)
+        joined = posixpath.join(self.path, normal)
+        if self.is_local:  # the text stays inside; a symbolic link on the way may not
+            real = os.path.realpath(joined)
+            if real != self._real_root and not real.startswith(self._real_root.rstrip("/") + "/"):
+                raise BadRecord(None, f"path {relative!r} escapes the dataset folder {self.uri()} through a symbolic link (it resolves to {real})")
+        return joined
+
+    @property
+    def _real_root(self) -> str:
+        """The folder with its own symbolic links resolved (a dataset root may itself be a link)."""
+        if not hasattr(self, "_real_root_cache"):
+            self._real_root_cache = os.path.realpath(self.path)
+        return self._real_root_cache
 
     def exists(self, path: str) -> bool:
         """Whether the file exists, from one cached listing of its directory."""
@@ -169,12 +202,17 @@ def extract_image(folder: Folder, data: bytes | None, name_hint: str | None = No
     Content addressing makes extraction idempotent and shared: the same image (across
     reruns, or repeated in a release) is written once, at `<hh>/<hash>.<ext>`.
     """
+    path, _ = content_address(folder, data, name_hint)
+    folder.write_once(path, data)
+    return folder.uri(path)
+
+
+def content_address(folder: Folder, data: bytes | None, name_hint: str | None = None) -> tuple[str, str]:
+    """(path under `folder`, image hash) where `extract_image` stores these bytes."""
     if not data:
         raise BadRecord(None, "embedded image has no bytes")
     digest = image_hash(data)
-    path = posixpath.join(folder.path, digest[:2], f"{digest}.{_image_extension(data, name_hint)}")
-    folder.write_once(path, data)
-    return folder.uri(path)
+    return posixpath.join(folder.path, digest[:2], f"{digest}.{_image_extension(data, name_hint)}"), digest
 
 
 _SIGNATURES = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "jpg"), (b"GIF8", "gif"), (b"BM", "bmp"))

@@ -5,7 +5,9 @@ Reports never rerun a model: everything they show comes from the files a sweep w
 records, which can be large, are read lazily per backbone. What the run holds decides
 what the reports show: backbones are those with a scores file, benchmarks those with
 items. A malformed file raises naming the file and the missing columns; a row with a
-missing key field is skipped and listed in `Run.problems`, never read as a 0.
+missing key field is skipped and listed in `Run.problems`, never read as a 0. A run that is
+not marked finished, or whose files are not the ones its manifest lists, is refused
+(`pipeline.runstate.RunNotFinished`): reports never mix two runs.
 """
 from __future__ import annotations
 
@@ -15,11 +17,13 @@ import re
 from dataclasses import dataclass, field, fields
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from operators import schema
-from pipeline import store as st
 from pipeline.config import ProtocolSpec
 from pipeline.metaeval import DELTAS_SCHEMA, DIAGNOSTIC_METRICS, STATISTICS_SCHEMA
+from pipeline.runstate import Outputs, read_manifest, require_finished
 
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([bBmM]?)")
 
@@ -73,6 +77,7 @@ class Run:
     deltas: pl.DataFrame
     errors: pl.DataFrame
     problems: list[str] = field(default_factory=list)
+    outputs: Outputs | None = field(default=None, repr=False)
     _records: dict[str, pl.DataFrame | None] = field(default_factory=dict, repr=False)
 
     def path(self, *parts: str) -> str:
@@ -81,10 +86,11 @@ class Run:
     def records(self, backbone: str) -> pl.DataFrame | None:
         """Per-(item, question) answers of `backbone`, or None if the run stored none."""
         if backbone not in self._records:
-            url = self.path("records", f"{backbone}.parquet")
+            outputs = self.outputs or Outputs(self.url, {})
+            rel = f"records/{backbone}.parquet"
             frame = None
-            if st.exists(url):
-                frame = _read(url, ["item_id", "caption", "question_set", "question", "logp_yes_t", "logp_no_t"])
+            if outputs.exists(rel):
+                frame = _read(outputs, rel, ["item_id", "caption", "question_set", "question", "logp_yes_t", "logp_no_t"])
             self._records[backbone] = frame
         return self._records[backbone]
 
@@ -100,20 +106,21 @@ def open_run(url: str) -> Run:
     if "://" not in url:
         url = posixpath.abspath(url)
     manifest_url = f"{url}/manifest.json"
-    if not st.exists(manifest_url):
-        raise FileNotFoundError(f"{manifest_url} not found: {url} is not a finished sweep run directory")
-    manifest = st.read_json(manifest_url)
+    manifest = read_manifest(url)
+    require_finished(url, manifest)
+    outputs = Outputs(url, manifest)
     config = manifest.get("config") or {}
     sweep = config.get("sweep") or {}
     problems: list[str] = []
+    if manifest.get("outputs") is None:
+        problems.append(f"{manifest_url} lists no outputs (written before runs recorded them): its files could not be checked to belong to one run")
 
-    items = _read(f"{url}/items.parquet", ["item_id", "benchmark", "group_id"])
+    items = _read(outputs, "items.parquet", ["item_id", "benchmark", "group_id"])
     items = _drop_null_keys(items, ["item_id", "benchmark"], f"{url}/items.parquet", problems)
-    scores = _read_scores(url, problems)
-    statistics = _read_optional(f"{url}/statistics.parquet", STATISTICS_SCHEMA, problems)
-    deltas = _read_optional(f"{url}/deltas.parquet", DELTAS_SCHEMA, problems)
-    errors_url = f"{url}/errors.parquet"
-    errors = pl.from_arrow(st.read_table(errors_url)) if st.exists(errors_url) else pl.from_arrow(schema.ERRORS.empty_table())
+    scores = _read_scores(outputs, problems)
+    statistics = _read_optional(outputs, "statistics.parquet", STATISTICS_SCHEMA, problems)
+    deltas = _read_optional(outputs, "deltas.parquet", DELTAS_SCHEMA, problems)
+    errors = _table(outputs, "errors.parquet") if outputs.exists("errors.parquet") else pl.from_arrow(schema.ERRORS.empty_table())
 
     backbone_cfg = config.get("backbones") or {}
     present = list(dict.fromkeys(scores["backbone"].to_list()))
@@ -147,6 +154,7 @@ def open_run(url: str) -> Run:
         deltas=deltas,
         errors=errors,
         problems=problems,
+        outputs=outputs,
     )
 
 
@@ -159,10 +167,14 @@ def _protocol(cfg: dict) -> ProtocolSpec:
     return ProtocolSpec(**{k: v for k, v in cfg.items() if k in known})
 
 
-def _read(url: str, required: list[str]) -> pl.DataFrame:
-    if not st.exists(url):
-        raise FileNotFoundError(f"{url} not found")
-    frame = pl.from_arrow(st.read_table(url))
+def _table(outputs: Outputs, rel: str) -> pl.DataFrame:
+    """One Parquet file of the run, checked against the manifest before it is parsed."""
+    return pl.from_arrow(pq.read_table(pa.BufferReader(outputs.read(rel))))
+
+
+def _read(outputs: Outputs, rel: str, required: list[str]) -> pl.DataFrame:
+    url = outputs.url(rel)
+    frame = _table(outputs, rel)
     missing = [c for c in required if c not in frame.columns]
     if missing:
         raise ValueError(f"{url}: missing column(s) {missing}; have {frame.columns}")
@@ -180,27 +192,26 @@ def _drop_null_keys(frame: pl.DataFrame, keys: list[str], url: str, problems: li
     return frame.filter(pl.all_horizontal(pl.col(k).is_not_null() for k in keys)) if bad.height else frame
 
 
-def _read_scores(url: str, problems: list[str]) -> pl.DataFrame:
-    fs, root = st.filesystem(f"{url}/scores")
-    fs.invalidate_cache(root)  # object-store listings are cached per process
-    paths = sorted(fs.glob(posixpath.join(root, "*.parquet"))) if fs.exists(root) else []
-    if not paths:
-        raise FileNotFoundError(f"{url}/scores/ holds no <backbone>.parquet file: the run scored nothing")
+def _read_scores(outputs: Outputs, problems: list[str]) -> pl.DataFrame:
+    names = outputs.names("scores", ".parquet")
+    if not names:
+        raise FileNotFoundError(f"{outputs.url('scores')}/ holds no <backbone>.parquet file: the run scored nothing")
     frames = []
-    for path in paths:
-        file_url = f"{url}/scores/{posixpath.basename(path)}"
-        frame = _read(file_url, list(schema.SCORES.names))
+    for rel in names:
+        file_url = outputs.url(rel)
+        frame = _read(outputs, rel, list(schema.SCORES.names))
         frame = pl.from_arrow(schema.conform(frame.to_arrow(), schema.SCORES, what=file_url))
         frames.append(_drop_null_keys(frame, ["item_id", "benchmark", "backbone", "metric"], file_url, problems))
     return pl.concat(frames)
 
 
-def _read_optional(url: str, columns: dict, problems: list[str]) -> pl.DataFrame:
+def _read_optional(outputs: Outputs, rel: str, columns: dict, problems: list[str]) -> pl.DataFrame:
     """statistics / deltas: an empty table if absent or column-less (a run without benchmarks)."""
-    if not st.exists(url):
+    url = outputs.url(rel)
+    if not outputs.exists(rel):
         problems.append(f"{url} not found: tables that need it are left out")
         return pl.DataFrame(schema=columns)
-    frame = pl.from_arrow(st.read_table(url))
+    frame = _table(outputs, rel)
     if frame.width == 0:
         return pl.DataFrame(schema=columns)
     missing = [c for c in columns if c not in frame.columns]

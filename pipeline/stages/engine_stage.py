@@ -4,11 +4,17 @@ The driver computes which keys are missing from the store (anti-join); Ray Data 
 missing rows through a pool of actors that each load the engine once; every batch is
 written to the store as one complete part before its status comes back, so a run killed at
 any moment keeps all finished batches and the rerun asks only for the rest.
+
+Nothing the store holds is taken on trust: every needed key is checked against it (markers
+are only notes), and a request that kills its worker is isolated and recorded as an error
+row instead of restarting the worker forever.
 """
 from __future__ import annotations
 
 import logging
+import math
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -17,8 +23,9 @@ import pyarrow.compute as pc
 from operators import schema
 from operators.engines.spec import BackboneSpec
 from operators.hashing import keys_digest
+from pipeline import executor
 from pipeline.config import ComputeSpec
-from pipeline.store import Markers, PartStore
+from pipeline.store import MARKERS, Markers, PartStore
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +53,7 @@ class StageReport:
     sent: int = 0  # handed to the engine by this run
     failed: int = 0  # recorded as errors
     seconds: float = 0.0
+    quarantined: list = field(default_factory=list, repr=False)  # bad parts moved aside
     errors: pa.Table = field(default_factory=schema.ERRORS.empty_table, repr=False)
 
     def as_row(self) -> dict:
@@ -99,22 +107,17 @@ def run_engine_stage(
 ) -> StageReport:
     """Compute every key of `requests` that `store` lacks; returns counts and error rows.
 
-    A unit that finished without failures leaves a success marker named by the digest of its
-    keys; asking for exactly that unit again skips it without listing the store.
+    What to compute is decided by the anti-join alone (`store.missing`): a success marker
+    from an earlier run of the same unit is only checked against it, and removed if keys
+    have gone missing since (a deleted or quarantined part), so the stage heals the store.
     """
-    import ray
-
     start = time.perf_counter()
     report = StageReport(stage=stage, unit=unit, needed=requests.num_rows)
     if requests.num_rows == 0:
         return report
-    markers = Markers(f"{store.url}/_markers")
+    markers = Markers(f"{store.url}/{MARKERS}")
     unit_marker = f"{stage}-{keys_digest(requests.column('key').to_pylist())}"
-    if markers.done(unit_marker):
-        report.cached = report.needed
-        report.seconds = time.perf_counter() - start
-        log.info("%s/%s: finished before (marker %s)", stage, unit, unit_marker)
-        return report
+    marked = markers.done(unit_marker)
     # Batches are cut from the FULL request list, then filtered to the missing keys: a resumed
     # run sends exactly the batches the interrupted run had not finished, with the same
     # composition (so even batch-dependent numerics are identical) and the same part names.
@@ -127,25 +130,24 @@ def run_engine_stage(
             blocks.append(block)
     n_todo = sum(b.num_rows for b in blocks)
     report.cached = requests.num_rows - n_todo
+    report.quarantined = list(store.quarantined)
+    if marked and n_todo:
+        log.warning("%s/%s: marker %s says finished, but %d of %d keys are not in %s; computing them again", stage, unit, unit_marker, n_todo, report.needed, store.url)
+        markers.clear(unit_marker)
     if n_todo == 0:
         report.seconds = time.perf_counter() - start
-        log.info("%s/%s: all %d keys cached", stage, unit, report.needed)
-        markers.mark(unit_marker, report.as_row() | {"finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        log.info("%s/%s: all %d keys cached%s", stage, unit, report.needed, " (finished before)" if marked else "")
+        if not marked:
+            markers.mark(unit_marker, report.as_row() | {"finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         return report
 
     log.info("%s/%s: %d needed, %d cached, %d to compute", stage, unit, report.needed, report.cached, n_todo)
-    dataset = ray.data.from_arrow(blocks).map_batches(
-        worker_cls,
-        fn_constructor_kwargs=worker_kwargs,
-        batch_size=None,  # one block = one engine call = one stored part
-        batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=pool.size),
-        num_gpus=pool.num_gpus,
-        num_cpus=pool.num_cpus,
-    )
-    # Streaming: parts are written by the actors as batches finish, statuses come back here.
-    statuses = list(dataset.iter_batches(batch_size=None, batch_format="pyarrow"))
-    status = pa.concat_tables(statuses) if statuses else STATUS.empty_table()
+    local = executor.current()
+    if local is not None:  # in-process (pipeline.executor): the same workers and batches, no Ray
+        statuses = local.map_batches(blocks, worker_cls, worker_kwargs)
+        status = pa.concat_tables(statuses) if statuses else STATUS.empty_table()
+    else:
+        status = compute_blocks(blocks, worker_cls, worker_kwargs, pool, stage=stage)
     report.sent = status.num_rows
     bad = status.filter(pc.invert(status.column("ok")))
     report.failed = bad.num_rows
@@ -156,12 +158,200 @@ def run_engine_stage(
     return report
 
 
+def run_and_read(*, columns: list[str] | None = None, **stage_kwargs) -> tuple[pa.Table, StageReport]:
+    """Run an engine stage, then read back every needed key it stored (`columns` of each).
+
+    The read is checked too: a needed key that is neither stored nor an error row (its part
+    vanished or went bad between the stage's check and this read) is computed once more;
+    if it is still missing, this raises rather than let a score silently turn null.
+    """
+    requests: pa.Table = stage_kwargs["requests"]
+    store: PartStore = stage_kwargs["store"]
+    report = run_engine_stage(**stage_kwargs)
+    for attempt in range(2):
+        stored = _needed_rows(store, requests, columns)
+        gap = _unaccounted(requests, stored, report)
+        report.quarantined = list(store.quarantined)
+        if not gap:
+            return stored, report
+        if attempt == 0:
+            log.warning("%s/%s: %d needed keys vanished from %s after the stage; computing them again", report.stage, report.unit, len(gap), store.url)
+            lost = requests.filter(pc.is_in(requests.column("key"), value_set=pa.array(sorted(gap), pa.string())))
+            again = run_engine_stage(**(stage_kwargs | {"requests": lost}))
+            report.sent += again.sent
+            report.failed += again.failed
+            report.errors = pa.concat_tables([report.errors, again.errors])
+            report.seconds += again.seconds
+    raise RuntimeError(f"{report.stage}/{report.unit}: {len(gap)} needed keys are still missing from {store.url} after computing them again, e.g. {sorted(gap)[:3]}")
+
+
+def _needed_rows(store: PartStore, requests: pa.Table, columns: list[str] | None) -> pa.Table:
+    stored = store.read(columns)
+    return stored.filter(pc.is_in(stored.column("key"), value_set=requests.column("key").combine_chunks()))
+
+
+def _unaccounted(requests: pa.Table, stored: pa.Table, report: StageReport) -> set[str]:
+    accounted = set(stored.column("key").to_pylist()) | set(report.errors.column("key").to_pylist())
+    return set(requests.column("key").to_pylist()) - accounted
+
+
+# -- running batches on actors, with poison-request isolation ------------------------------------
+
+# How often one actor may be restarted by Ray during a stage's main pass. A batch is never
+# retried on a restarted actor (max_task_retries=0): a batch whose worker died is isolated
+# by `isolate_failures` instead, so one request that kills its worker cannot loop forever.
+MAX_ACTOR_RESTARTS = 4
+# Poison requests a stage isolates before it gives up on the rest of the failed batches
+# (each costs about log2(rows per batch) + 1 worker deaths); past it they are error rows, so
+# a node where every call dies (a broken GPU) ends the stage instead of bisecting forever.
+MAX_POISON_REQUESTS = 16
+
+
+def compute_blocks(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool: ActorPool, *, stage: str) -> pa.Table:
+    """Run every block through a pool of `worker_cls` actors; returns one STATUS row per key.
+
+    Main pass: Ray Data streams the blocks through the actor pool. A block whose actor died
+    (OOM, segfault, CUDA error, os._exit) is not retried there; its keys come back without a
+    status and go to `isolate_failures`, which halves the block until the request that
+    kills the worker stands alone and becomes an error row (`worker_died`).
+    """
+    import ray
+
+    with warnings.catch_warnings():  # Ray 2.60 has no named parameter for restarts yet
+        warnings.simplefilter("ignore", DeprecationWarning)
+        dataset = ray.data.from_arrow(blocks).map_batches(
+            worker_cls,
+            fn_constructor_kwargs=worker_kwargs,
+            batch_size=None,  # one block = one engine call = one stored part
+            batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(size=pool.size),
+            num_gpus=pool.num_gpus,
+            num_cpus=pool.num_cpus,
+            max_restarts=MAX_ACTOR_RESTARTS,  # passed on to the actors (ray_remote_args)
+            max_task_retries=0,
+        )
+    dataset.context.max_errored_blocks = -1  # a failed block is isolated below, not fatal here
+    statuses = []
+    try:
+        # Streaming: parts are written by the actors as batches finish, statuses come back here.
+        for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
+            statuses.append(batch)
+    except Exception as exc:  # e.g. the pool ran out of restarts: what is left is isolated
+        log.warning("%s: the actor pool stopped (%s: %s); finishing the remaining batches one worker at a time", stage, type(exc).__name__, str(exc)[:300])
+    done = set()
+    for batch in statuses:
+        done.update(batch.column("key").to_pylist())
+    failed = [b.filter(pc.invert(pc.is_in(b.column("key"), value_set=pa.array(sorted(done), pa.string())))) for b in blocks]
+    failed = [b for b in failed if b.num_rows]
+    if failed:
+        log.warning("%s: %d batches (%d requests) lost their worker; isolating the cause", stage, len(failed), sum(b.num_rows for b in failed))
+        statuses.append(isolate_failures(failed, worker_cls, worker_kwargs, pool, stage=stage))
+    return pa.concat_tables(statuses) if statuses else STATUS.empty_table()
+
+
+class _Host:
+    """A plain Ray actor around a stage worker, for isolating failures one batch at a time."""
+
+    def __init__(self, worker_cls, worker_kwargs: dict):
+        self.worker = worker_cls(**worker_kwargs)
+
+    def ready(self) -> bool:
+        return True
+
+    def run(self, batch: pa.Table) -> pa.Table:
+        return self.worker(batch)
+
+
+def isolate_failures(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool: ActorPool, *, stage: str, max_poison: int = MAX_POISON_REQUESTS) -> pa.Table:
+    """Rerun batches whose worker died, halving each that dies again, down to single requests.
+
+    A single request that still kills its worker becomes an error row with the reason Ray
+    gives (exit code, OOM kill, ...); everything else is computed and stored as usual. A
+    worker that cannot even start is a broken stage, not a poison request: that raises.
+    """
+    import ray
+    from ray.exceptions import RayActorError
+
+    max_deaths = max_poison * (math.ceil(math.log2(max(b.num_rows for b in blocks))) + 1)
+    remote = ray.remote(num_cpus=pool.num_cpus, num_gpus=pool.num_gpus, max_restarts=0, max_task_retries=0)(_Host)
+    queue = list(blocks)
+    statuses, deaths, actor = [], 0, None
+    while queue:
+        block = queue.pop(0)
+        if deaths >= max_deaths:
+            statuses.append(_died(block, stage, f"not retried: workers died {deaths} times while isolating failures in this stage"))
+            continue
+        if actor is None:
+            actor = _start(remote, worker_cls, worker_kwargs, stage)
+        try:
+            statuses.append(ray.get(actor.run.remote(block)))
+        except RayActorError as exc:
+            deaths += 1
+            actor = None
+            reason = _death_reason(exc)
+            if block.num_rows == 1:
+                log.warning("%s: request %s kills its worker (%s); recorded as an error row", stage, block.column("key")[0], reason)
+                statuses.append(_died(block, stage, reason))
+            else:
+                half = block.num_rows // 2
+                queue[:0] = [block.slice(0, half), block.slice(half)]
+    if actor is not None:
+        ray.kill(actor)
+    return pa.concat_tables(statuses) if statuses else STATUS.empty_table()
+
+
+def _start(remote, worker_cls, worker_kwargs: dict, stage: str, attempts: int = 3):
+    """A fresh worker, ready to take a batch; a worker that fails to start `attempts` times
+    in a row is a broken stage (bad model path, no GPU), not a poison request: that raises."""
+    import ray
+    from ray.exceptions import RayActorError
+
+    for attempt in range(1, attempts + 1):
+        actor = remote.remote(worker_cls, worker_kwargs)
+        try:
+            ray.get(actor.ready.remote())
+            return actor
+        except RayActorError as exc:
+            if "creation task" in str(exc):  # its constructor raised: the same every time
+                raise RuntimeError(f"{stage}: the worker cannot start: {_last_line(exc)}") from exc
+            if attempt == attempts:
+                raise RuntimeError(f"{stage}: the worker cannot start ({attempts} attempts): {_death_reason(exc)}") from exc
+            log.warning("%s: a worker died while starting (%s); starting another", stage, _death_reason(exc)[:300])
+
+
+def _last_line(exc: Exception) -> str:
+    """The exception a remote traceback ends with (what the user needs to read first)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
+def _death_reason(exc: Exception) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}"[:2000]
+
+
+def _died(block: pa.Table, stage: str, detail: str) -> pa.Table:
+    n = block.num_rows
+    return pa.table(
+        {
+            "key": block.column("key"),
+            "ok": pa.array([False] * n),
+            "stage": pa.array([stage] * n, pa.string()),
+            "source": pa.array([None] * n, pa.string()),
+            "field": pa.array([None] * n, pa.string()),
+            "reason": pa.array(["worker_died"] * n, pa.string()),
+            "detail": pa.array([detail] * n, pa.string()),
+        },
+        schema=STATUS,
+    )
+
+
 class AnswerWorker:
     """Ray actor: one engine per replica; answers a batch and stores it before returning."""
 
     def __init__(self, backbone: BackboneSpec, templates: dict, store_url: str):
-        from operators.engines import load_engine
         from operators.images import decode_image, read_image_bytes
+        from pipeline.executor import load_engine  # shared in-process, own engine in a Ray actor
 
         self.backbone = backbone
         self.templates = templates
@@ -181,7 +371,7 @@ class GenerationWorker:
     """Ray actor: greedy generations (questions, DSG graphs, claims) stored raw."""
 
     def __init__(self, backbone: BackboneSpec, templates: dict, store_url: str):
-        from operators.engines import load_engine
+        from pipeline.executor import load_engine  # shared in-process, own engine in a Ray actor
 
         self.backbone = backbone
         self.templates = templates

@@ -6,7 +6,7 @@ grounding-only metric.
     boxes --rules--> s per claim (grounding_only) and evidence boxes E per claim
     E --controls--> R --masking--> 4 view images --answers stage--> s(V) --> deltas
 
-Model work goes through the actor-pool stage runner (engine_stage.run_engine_stage), so
+Model work goes through the actor-pool stage runner (engine_stage.run_and_read), so
 every unit is cached under a content key and a rerun computes nothing:
 - detections: <store>/grounding/<detector>/, key = (detector fingerprint with thresholds,
   image hash, phrase);
@@ -37,7 +37,7 @@ from operators.views import MASKED_VIEWS, VIEW_IMAGES, VIEWS, ControlRules, cont
 from pipeline import store as st
 from pipeline.config import GROUNDING_METRICS, DetectorSpec, EvidenceSpec, ResolvedConfig, SelectSpec, needs_grounding
 from pipeline.stages.answers import AnswerPlan, key_spec, run_answers
-from pipeline.stages.engine_stage import ActorPool, StageReport, run_engine_stage, status_table
+from pipeline.stages.engine_stage import ActorPool, StageReport, run_and_read, status_table
 from pipeline.stages.scores import metric_inputs
 from pipeline.store import PartStore
 
@@ -194,7 +194,7 @@ def run_grounding(requests: pa.Table, detector: DetectorSpec, store_url: str, co
     """Detections for every query (missing ones computed); returns {key: Detections}."""
     store = PartStore(f"{store_url}/grounding/{detector.name}", DETECTIONS)
     gpus = detector.gpus if detector.gpus is not None else (1.0 if requests.num_rows and _ray_has_gpus() else 0.0)
-    report = run_engine_stage(
+    stored, report = run_and_read(
         stage="grounding",
         unit=detector.name,
         requests=requests,
@@ -203,9 +203,7 @@ def run_grounding(requests: pa.Table, detector: DetectorSpec, store_url: str, co
         worker_kwargs={"detector": detector, "store_url": store.url},
         pool=ActorPool(size=detector.replicas, num_gpus=gpus, num_cpus=compute.cpus_per_engine, rows_per_batch=compute.rows_per_part),
     )
-    needed = pl.from_arrow(requests.select(["key"]))
-    stored = pl.from_arrow(store.read()).join(needed, on="key", how="semi")
-    return {r["key"]: Detections.from_row(r) for r in stored.iter_rows(named=True)}, report
+    return {r["key"]: Detections.from_row(r) for r in pl.from_arrow(stored).iter_rows(named=True)}, report
 
 
 class GroundingWorker:
@@ -404,7 +402,8 @@ def view_image_url(store_url: str, digest: str) -> str:
 def run_views(requests: pa.Table, store_url: str, compute, workers: int, unit: str) -> tuple[pl.DataFrame, StageReport]:
     """Render the missing view images; returns key, image_hash, image_uri of every requested view."""
     store = PartStore(f"{store_url}/views", VIEW_IMAGES)
-    report = run_engine_stage(
+    rendered, report = run_and_read(
+        columns=["key", "image_hash", "image_uri"],
         stage="views",
         unit=unit,
         requests=requests,
@@ -413,9 +412,7 @@ def run_views(requests: pa.Table, store_url: str, compute, workers: int, unit: s
         worker_kwargs={"store_url": store_url, "views_url": store.url},
         pool=ActorPool(size=workers, num_gpus=0.0, num_cpus=1.0, rows_per_batch=compute.rows_per_part),
     )
-    needed = pl.from_arrow(requests.select(["key"]))
-    rendered = pl.from_arrow(store.read(["key", "image_hash", "image_uri"])).join(needed, on="key", how="semi")
-    return rendered, report
+    return pl.from_arrow(rendered), report
 
 
 def view_answer_plan(views: pl.DataFrame, claims: pl.DataFrame, rendered: pl.DataFrame, backbone: BackboneSpec, prompts) -> tuple[pl.DataFrame, pa.Table]:

@@ -9,13 +9,14 @@ import polars as pl
 import pyarrow as pa
 
 from operators import schema
-from operators.ingest import hash_images
-from pipeline.config import BenchmarkSpec
+from operators.ingest import hash_cache_keys, hash_images
+from pipeline import executor
+from pipeline.config import LOADERS, BenchmarkSpec
+from pipeline.runtime import task_options
 from pipeline.stages.engine_stage import StageReport
+from pipeline.store import PartStore
 
 log = logging.getLogger(__name__)
-
-LOADERS = ("demo", "genai_bench", "tifa160", "richhf", "winoground", "negbench")
 
 
 def load_benchmark(spec: BenchmarkSpec):
@@ -75,22 +76,51 @@ def drop_bad_captions(items: pl.DataFrame) -> tuple[pl.DataFrame, pa.Table]:
     return items.filter(~pl.col("item_id").is_in(bad["item_id"].implode())), _errors(rows)
 
 
-def hash_item_images(items: pl.DataFrame, rows_per_task: int = 64) -> tuple[pl.DataFrame, StageReport]:
-    """Read and hash every distinct image with Ray Data tasks; unreadable images become errors."""
+HASH_CACHE = pa.schema([("key", pa.string()), ("image_uri", pa.string()), ("image_hash", pa.string())])
+
+
+def hash_item_images(items: pl.DataFrame, rows_per_task: int = 64, cache_url: str | None = None) -> tuple[pl.DataFrame, StageReport]:
+    """Content hashes for every distinct image; unreadable images become errors.
+
+    An image is read at most once: items that arrive with an `image_hash` (curation computed
+    it while extracting the bytes, or the shard had a hash column) are kept as they are; with
+    `cache_url`, a file whose (uri, size, ETag or mtime) was hashed before takes its hash from
+    that cache; the rest are read, decoded and hashed by Ray Data tasks.
+    """
     import ray
 
     start = time.perf_counter()
-    uris = items.select("image_uri").unique(maintain_order=True).to_arrow()
-    report = StageReport(stage="ingest", unit="images", needed=uris.num_rows)
-    if uris.num_rows:
-        blocks = [uris.slice(i, rows_per_task) for i in range(0, uris.num_rows, rows_per_task)]
-        hashed = ray.data.from_arrow(blocks).map_batches(hash_images, batch_format="pyarrow", batch_size=rows_per_task)
-        table = pl.from_arrow(pa.concat_tables(list(hashed.iter_batches(batch_size=None, batch_format="pyarrow"))))
+    known = items.filter(pl.col("image_hash").is_not_null())
+    todo = items.filter(pl.col("image_hash").is_null())
+    uris = todo.select("image_uri").unique(maintain_order=True)
+    report = StageReport(stage="ingest", unit="images", needed=uris.height + known["image_uri"].n_unique())
+    cached = pl.DataFrame(schema={"image_uri": pl.String, "image_hash": pl.String, "error": pl.String})
+    cache = PartStore(cache_url, HASH_CACHE) if cache_url else None
+    if cache is not None and uris.height:
+        uris = uris.with_columns(key=pl.Series(hash_cache_keys(uris["image_uri"].to_list()), dtype=pl.String))
+        stored = pl.from_arrow(cache.read(["key", "image_hash"]))
+        hits = uris.join(stored, on="key", how="inner")
+        cached = hits.select("image_uri", "image_hash", error=pl.lit(None, pl.String))
+        uris = uris.join(hits.select("key"), on="key", how="anti", nulls_equal=False)
+    if uris.height:
+        table = uris.select("image_uri").to_arrow()
+        blocks = [table.slice(i, rows_per_task) for i in range(0, table.num_rows, rows_per_task)]
+        local = executor.current()
+        if local is not None:  # in-process (pipeline.executor): the same function, no Ray
+            hashed = pl.from_arrow(pa.concat_tables(local.map_batches(blocks, hash_images)))
+        else:
+            hashed_ds = ray.data.from_arrow(blocks).map_batches(hash_images, batch_format="pyarrow", batch_size=rows_per_task, **task_options())
+            hashed = pl.from_arrow(pa.concat_tables(list(hashed_ds.iter_batches(batch_size=None, batch_format="pyarrow"))))
     else:
-        table = pl.DataFrame(schema={"image_uri": pl.String, "image_hash": pl.String, "error": pl.String})
-    report.sent = table.height
-    items = items.drop("image_hash").join(table, on="image_uri", how="left")
-    bad = items.filter(pl.col("error").is_not_null())
+        hashed = pl.DataFrame(schema={"image_uri": pl.String, "image_hash": pl.String, "error": pl.String})
+    if cache is not None and "key" in uris.columns:
+        fresh = uris.join(hashed.filter(pl.col("error").is_null()), on="image_uri", how="inner").filter(pl.col("key").is_not_null())
+        cache.write(fresh.select("key", "image_uri", "image_hash").to_arrow())
+    report.sent = hashed.height
+    report.cached = report.needed - report.sent
+    table = pl.concat([cached, hashed])
+    todo = todo.drop("image_hash").join(table, on="image_uri", how="left")
+    bad = todo.filter(pl.col("error").is_not_null())
     report.failed = bad["image_uri"].n_unique()
     report.errors = _errors(
         [
@@ -98,16 +128,19 @@ def hash_item_images(items: pl.DataFrame, rows_per_task: int = 64) -> tuple[pl.D
             for r in bad.iter_rows(named=True)
         ]
     )
-    good = items.filter(pl.col("error").is_null()).drop("error")
+    good = pl.concat([known.select(schema.ITEMS.names), todo.filter(pl.col("error").is_null()).select(schema.ITEMS.names)])
+    # keep the input order of items
+    good = items.select("item_id").join(good, on="item_id", how="inner", maintain_order="left")
     report.seconds = time.perf_counter() - start
     return good.select(schema.ITEMS.names), report
 
 
-def prepare_items(items: pl.DataFrame) -> tuple[pl.DataFrame, StageReport, list[pa.Table]]:
+def prepare_items(items: pl.DataFrame, hash_cache: str | None = None) -> tuple[pl.DataFrame, StageReport, list[pa.Table]]:
     """Drop empty captions, then hash every image (unreadable ones become errors).
 
-    The sweep and curation both start here once they have their items table.
+    The sweep and curation both start here once they have their items table; `hash_cache`
+    is the image-hash cache's store folder (e.g. <store>/image_hashes).
     """
     items, bad_captions = drop_bad_captions(items)
-    items, report = hash_item_images(items)
+    items, report = hash_item_images(items, cache_url=hash_cache)
     return items, report, [bad_captions, report.errors]

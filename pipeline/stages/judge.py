@@ -20,7 +20,7 @@ from operators.hashing import content_key
 from operators.judge import JudgeError, parse_judgement
 from pipeline import store as st
 from pipeline.config import JUDGE_METRICS, ComputeSpec, PromptSet
-from pipeline.stages.engine_stage import StageReport, engine_pool, run_engine_stage, status_table
+from pipeline.stages.engine_stage import StageReport, engine_pool, run_and_read, status_table
 from pipeline.store import PartStore
 
 log = logging.getLogger(__name__)
@@ -70,8 +70,8 @@ class JudgeWorker:
     """Ray actor: one engine per replica; generates judgements on images and stores them raw."""
 
     def __init__(self, backbone: BackboneSpec, templates: dict, store_url: str, max_new_tokens: int):
-        from operators.engines import load_engine
         from operators.images import decode_image, read_image_bytes
+        from pipeline.executor import load_engine  # shared in-process, own engine in a Ray actor
 
         self.backbone = backbone
         self.templates = templates
@@ -151,7 +151,8 @@ def run_judge(
     plan = judge_plan(items, kinds, backbone, prompts, budget)
     store = PartStore(f"{store_url}/generations/{backbone.name}", schema.GENERATIONS)
     requests = judge_requests(plan, backbone) if plan.height else _REQUESTS.empty_table()
-    report = run_engine_stage(
+    stored, report = run_and_read(
+        columns=["key", "text"],
         stage="judge",
         unit=backbone.name,
         requests=requests,
@@ -161,8 +162,7 @@ def run_judge(
         pool=engine_pool(backbone, compute),
     )
     failed = {r["key"]: f"{r['reason']}: {r['detail']}" for r in report.errors.to_pylist()}
-    needed = pl.from_arrow(requests.select(["key"]))
-    generations = pl.from_arrow(store.read(["key", "text"])).join(needed, on="key", how="semi")
+    generations = pl.from_arrow(stored)
     judged, errors = (judge_rows(plan, generations, failed, backbone.name) if plan.height else (pl.from_arrow(JUDGE_TABLE.empty_table()), []))
     st.write_table(f"{out_dir}/judge/{backbone.name}.parquet", judged.to_arrow())
     if errors:

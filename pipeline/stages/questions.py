@@ -15,10 +15,10 @@ import pyarrow as pa
 from operators import schema
 from operators.answering import GENERATION_TEMPLATES
 from operators.engines.spec import BackboneSpec
-from operators.hashing import content_key
+from operators.hashing import content_keys
 from operators.parsing import ParseError, parse_claims, parse_dsg, parse_questions, questions_rows
 from pipeline.config import ComputeSpec, PromptSet
-from pipeline.stages.engine_stage import GenerationWorker, StageReport, engine_pool, run_engine_stage
+from pipeline.stages.engine_stage import GenerationWorker, StageReport, engine_pool, run_and_read
 from pipeline.store import PartStore
 
 log = logging.getLogger(__name__)
@@ -46,15 +46,17 @@ def provided_questions(items: pl.DataFrame, questions: pl.DataFrame | None, sets
 
 
 def generation_requests(captions: list[str], sets: list[str], generator: BackboneSpec, prompts: PromptSet) -> pa.Table:
-    rows = []
+    """One request per (question set, caption); keys hashed in bulk, the fingerprint once."""
+    fingerprint = generator.fingerprint()
+    frames = []
     for qset in sets:
         kind = GENERATION_KIND[qset]
         prompt_id = prompts.prompt_id(GENERATION_TEMPLATES[kind])
-        for caption in captions:
-            rows.append(
-                {"key": content_key(generator.fingerprint(), prompt_id, f"generate_{kind}", caption), "backbone": generator.name, "kind": kind, "caption": caption}
-            )
-    return pa.Table.from_pylist(rows, schema=pa.schema([("key", pa.string()), ("backbone", pa.string()), ("kind", pa.string()), ("caption", pa.string())]))
+        keys = content_keys([captions], prefix=(fingerprint, prompt_id, f"generate_{kind}"))
+        n = len(captions)
+        frames.append(pa.table({"key": keys, "backbone": [generator.name] * n, "kind": [kind] * n, "caption": pa.array(captions, pa.string())}))
+    schema_ = pa.schema([("key", pa.string()), ("backbone", pa.string()), ("kind", pa.string()), ("caption", pa.string())])
+    return pa.concat_tables([f.cast(schema_) for f in frames]) if frames else schema_.empty_table()
 
 
 def parse_generation(kind: str, text: str, max_questions: int) -> list[dict]:
@@ -81,7 +83,8 @@ def generated_questions(
     captions = items["caption"].unique(maintain_order=True).to_list()
     requests = generation_requests(captions, sets, generator, prompts)
     store = PartStore(f"{store_url}/generations/{generator.name}", schema.GENERATIONS)
-    report = run_engine_stage(
+    stored, report = run_and_read(
+        columns=["key", "text"],
         stage="questions",
         unit=generator.name,
         requests=requests,
@@ -90,21 +93,44 @@ def generated_questions(
         worker_kwargs={"backbone": generator, "templates": prompts.templates, "store_url": store.url},
         pool=engine_pool(generator, compute),
     )
-    stored = pl.from_arrow(store.read()).select("key", "text")
+    stored = pl.from_arrow(stored).select("key", "text")
     joined = pl.from_arrow(requests).join(stored, on="key", how="inner")
-    rows, errors = [], []
-    caption_benchmark = dict(items.select("caption", "benchmark").unique(subset="caption", keep="first").iter_rows())
-    for r in joined.iter_rows(named=True):
-        try:
-            for q in parse_generation(r["kind"], r["text"], max_questions):
-                rows.append(q | {"caption": r["caption"], "source": generator.name})
-        except ParseError as exc:
-            errors.append(
-                {"stage": "questions", "benchmark": caption_benchmark.get(r["caption"]), "key": r["key"], "source": generator.name, "field": r["kind"], "reason": "unparseable_generation", "detail": f"{exc.reason}: {exc} | caption: {r['caption']!r} | output: {r['text'][:300]!r}"}
-            )
-    questions = pl.from_arrow(schema.conform(pa.Table.from_pylist(rows), schema.QUESTIONS)) if rows else pl.from_arrow(schema.QUESTIONS.empty_table())
+    questions, errors = parse_generations(joined, max_questions, generator.name, items)
     if errors:
         report.errors = pa.concat_tables([report.errors, schema.conform(pa.Table.from_pylist(errors), schema.ERRORS)])
         report.failed += len(errors)
     log.info("questions from %s: %d rows for %d captions, %d unparseable", generator.name, questions.height, len(captions), len(errors))
     return questions, report
+
+
+def parse_generations(joined: pl.DataFrame, max_questions: int, source: str, items: pl.DataFrame) -> tuple[pl.DataFrame, list[dict]]:
+    """Generations (key, kind, caption, text) -> QUESTIONS rows and error rows.
+
+    Each distinct (kind, text) is parsed once and joined back to its captions: a generator
+    that writes the same text for many captions (templated or scripted output) costs one parse.
+    """
+    distinct = joined.select("kind", "text").unique(maintain_order=True).with_row_index("_g")
+    parsed, failures = [], {}
+    for g, kind, text in distinct.iter_rows():
+        try:
+            parsed += [q | {"_g": g} for q in parse_generation(kind, text, max_questions)]
+        except ParseError as exc:
+            failures[g] = exc
+    located = joined.join(distinct, on=["kind", "text"], how="left", nulls_equal=True, maintain_order="left")
+    rows = (
+        pl.DataFrame(parsed, schema_overrides={"_g": pl.UInt32, "parents": pl.List(pl.String), "claim_type": pl.String}, infer_schema_length=None)
+        if parsed else pl.DataFrame(schema={"_g": pl.UInt32})
+    )
+    questions = pl.from_arrow(schema.QUESTIONS.empty_table())
+    if rows.height:
+        out = located.select("_g", "caption").join(rows, on="_g", how="inner", maintain_order="left_right").with_columns(source=pl.lit(source))
+        questions = pl.from_arrow(schema.conform(out.drop("_g").to_arrow(), schema.QUESTIONS))
+    errors = []
+    if failures:
+        caption_benchmark = dict(items.select("caption", "benchmark").unique(subset="caption", keep="first").iter_rows())
+        for r in located.filter(pl.col("_g").is_in(list(failures))).iter_rows(named=True):
+            exc = failures[r["_g"]]
+            errors.append(
+                {"stage": "questions", "benchmark": caption_benchmark.get(r["caption"]), "key": r["key"], "source": source, "field": r["kind"], "reason": "unparseable_generation", "detail": f"{exc.reason}: {exc} | caption: {r['caption']!r} | output: {r['text'][:300]!r}"}
+            )
+    return questions, errors

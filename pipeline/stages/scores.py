@@ -28,7 +28,7 @@ def metric_inputs(plan: AnswerPlan, answers: pl.DataFrame) -> dict[str, pl.DataF
     """The long answer tables the metric formulas read (docs/DESIGN.md). A request with no
     stored answer (it failed) leaves nulls, which the formulas turn into null scores."""
     decomposed = claims = holistic = None
-    if plan.questions is not None and plan.questions.height:
+    if plan.questions is not None:  # even with no question at all: null scores with a note, not a missing metric
         q = _with_answer(_with_answer(plan.questions, answers, "key_v", "_v"), answers, "key_t", "_t")
         decomposed = q.filter(pl.col("question_set") != "claims").select(
             "item_id", "question_set", "question_id", "parents", "logp_yes_v", "logp_no_v", "logp_yes_t", "logp_no_t"

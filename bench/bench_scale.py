@@ -1,0 +1,298 @@
+"""Where the pipeline's own time goes at scale (prints numbers; not a test).
+
+    python bench/bench_scale.py                          # 100,000 pairs
+    python bench/bench_scale.py --pairs 10000 100000     # several sizes, one after the other
+    python bench/bench_scale.py --pairs 1000000          # opt-in: a million pairs (long)
+    python bench/bench_scale.py --baseline /work/main    # the same cases on another checkout's code, back to back
+
+Synthetic shards (half Parquet with embedded images, half WebDataset tars; tests/curation_shards.py)
+are curated with the zero-cost scripted engine, so every second measured is the pipeline's own:
+reading shards, extracting and hashing images, questions, request keys, answers, scores, publishing.
+Each case runs in a fresh driver process (its peak RSS is the driver's alone) and reports:
+
+- wall seconds per stage (the curation's own timings), requests/s (generations + answers sent,
+  over the whole run) and pairs/s;
+- the answer actor's per-request overhead excluding the engine: the actor's call run in process on
+  a slice of the night's requests, minus the time inside `engine.score_yes_no`; and the answers
+  stage's per-request cost on Ray (its wall time over the requests it sent);
+- driver peak RSS; parts and bytes in the answer and generation stores;
+- the rerun of the same night (manifest: nothing to do) and the same input under another
+  curation name (every answer cached: the cost of the pipeline around a warm cache);
+- the missing-key check of the night's answer keys against a store holding 10x as many keys.
+
+The machine is shared and noisy: compare ratios measured back to back (`--baseline`), not
+absolute times across runs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the synthetic shard writers
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_curation import write_shards  # noqa: E402
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def _store_size(folder: Path) -> tuple[int, int]:
+    """(parts, bytes) of the Parquet files under a store folder."""
+    files = [p for p in folder.rglob("*.parquet")] if folder.exists() else []
+    return len(files), sum(p.stat().st_size for p in files)
+
+
+def _curate(root: Path, inputs: Path, name: str, rows_per_part: int, extra: list[str]):
+    from pipeline.curation import load_curation_config, run_curation
+
+    cfg = load_curation_config(
+        ["curation=smoke", f"root={root}", f"inputs=[{inputs}/]", f"name={name}", "backbones=[zero-cost]",
+         f"compute.rows_per_part={rows_per_part}", "compute.progress_bars=false", *extra]
+    )
+    start = time.perf_counter()
+    result = run_curation(cfg)
+    return time.perf_counter() - start, result, cfg
+
+
+class _TimedEngine:
+    """Wraps an engine and adds up the seconds spent inside its calls."""
+
+    def __init__(self, engine):
+        self.engine = engine
+        self.seconds = 0.0
+        self.cpu_seconds = 0.0
+
+    def score_yes_no(self, prompts):
+        start, cpu = time.perf_counter(), time.process_time()
+        try:
+            return self.engine.score_yes_no(prompts)
+        finally:
+            self.seconds += time.perf_counter() - start
+            self.cpu_seconds += time.process_time() - cpu
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+
+def actor_overhead(cfg, items, n_requests: int, rows_per_part: int, store_url: str) -> dict:
+    """Per-request seconds of the answer actor's call minus its engine time, in process (no Ray)."""
+    import polars as pl
+
+    from pipeline.stages import engine_stage
+    from pipeline.stages.answers import plan_answers
+
+    backbone = cfg.backbones["zero-cost"]
+    captions = items["caption"].unique(maintain_order=True)
+    texts = ["Is there a shape?", "Is the shape filled with one colour?", "Is the background plain?"]  # conf/curation/smoke.yaml
+    questions = pl.concat(
+        [
+            pl.DataFrame({"caption": captions, "question_set": "depict", "question_id": f"q{k}", "question": text,
+                          "parents": [[] for _ in range(captions.len())], "claim_type": None},
+                         schema_overrides={"parents": pl.List(pl.String), "claim_type": pl.String})
+            for k, text in enumerate(texts)
+        ]
+    )
+    plan = plan_answers(items, questions, backbone, cfg.prompts, ["depict"], holistic=True)
+    requests = plan.requests.slice(0, n_requests)
+    worker = engine_stage.AnswerWorker(backbone=backbone, templates=cfg.prompts.templates, store_url=store_url)
+    timed = _TimedEngine(worker.engine)
+    worker.engine = timed
+    start, cpu = time.perf_counter(), time.process_time()
+    for offset in range(0, requests.num_rows, rows_per_part):
+        worker(requests.slice(offset, rows_per_part))
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    n = max(requests.num_rows, 1)
+    return {"requests": requests.num_rows, "wall_s": wall, "engine_s": timed.seconds, "overhead_us": (wall - timed.seconds) / n * 1e6,
+            "cpu_overhead_us": (cpu - timed.cpu_seconds) / n * 1e6}
+
+
+def missing_check(store_url: str, night_keys, factor: int, rows_per_part: int) -> dict:
+    """Seconds of `missing(night keys)` against a store holding `factor` x as many other keys."""
+    import pyarrow as pa
+
+    from operators import schema
+    from operators.hashing import content_key
+    from pipeline.store import PartStore
+
+    store = PartStore(store_url, schema.ANSWERS)
+    n_store = factor * len(night_keys)
+    start = time.perf_counter()
+    rng = random.Random(0)
+    for offset in range(0, n_store, rows_per_part):
+        n = min(rows_per_part, n_store - offset)
+        keys = [content_key("bench-old-night", offset + i) for i in range(n)]
+        store.write(pa.table({
+            "key": keys, "backbone": ["zero-cost"] * n, "kind": ["image"] * n,
+            "logp_yes": [rng.random() - 1 for _ in range(n)], "logp_no": [rng.random() - 1 for _ in range(n)],
+        }))
+    build = time.perf_counter() - start
+    # half of the night already stored, half new
+    probe = pa.array(list(night_keys[: len(night_keys) // 2]) + [content_key("bench-old-night", i) for i in range(len(night_keys) - len(night_keys) // 2)])
+    start = time.perf_counter()
+    mask = store.missing(probe)
+    seconds = time.perf_counter() - start
+    parts, size = _store_size(Path(store_url))
+    return {"store_keys": n_store, "store_parts": parts, "store_bytes": size, "build_s": build, "check_s": seconds,
+            "missing": int(pa.compute.sum(mask).as_py() or 0)}
+
+
+def one_case(args) -> dict:
+    """One size on the code importable in this process; returns the figures as a dict."""
+    import logging
+
+    from pipeline.runtime import ensure_ray
+
+    logging.basicConfig(level=logging.WARNING)
+    work = Path(args.work)
+    root = work / "root"
+    ensure_ray(num_cpus=args.num_cpus, progress_bars=False)
+    # Warm-up: Ray starts its workers on the first jobs; a night pays that once, the figures below do not.
+    _curate(root, Path(args.warmup), "warmup", args.rows_per_part, args.set)
+    rss_before = _peak_rss_mb()
+    seconds, result, cfg = _curate(root, Path(args.inputs), "night", args.rows_per_part, args.set)
+    rss = _peak_rss_mb()
+    sent = sum(r.sent for r in result.reports if r.stage in ("answers", "questions"))
+    answers = result.stage("answers")
+    out = {
+        "code": args.code, "pairs": result.totals()["rows_in"], "rows_per_part": args.rows_per_part,
+        "wall_s": seconds, "stages_s": {k: v for k, v in result.timings.items() if k != "total"},
+        "requests_sent": sent, "requests_per_s": sent / seconds, "pairs_per_s": result.totals()["rows_in"] / seconds,
+        "answers_sent": answers.sent, "answers_stage_us_per_request": answers.seconds / max(answers.sent, 1) * 1e6,
+        "driver_peak_rss_mb": rss, "driver_rss_before_mb": rss_before,
+    }
+    store = Path(cfg.sweep.store)
+    out["answer_parts"], out["answer_bytes"] = _store_size(store / "answers")
+    out["generation_parts"], out["generation_bytes"] = _store_size(store / "generations")
+    again, _, _ = _curate(root, Path(args.inputs), "night", args.rows_per_part, args.set)
+    out["same_night_again_s"] = again
+    cached_s, cached, _ = _curate(root, Path(args.inputs), "night-cached", args.rows_per_part, args.set)
+    out["all_cached_rerun_s"] = cached_s
+    out["all_cached_sent"] = sum(r.sent for r in cached.reports if r.stage in ("answers", "questions"))
+    out["all_cached_stages_s"] = {k: v for k, v in cached.timings.items() if k != "total"}
+    out["all_cached_ratio"] = cached_s / seconds
+    # the actor's own overhead, on the night's items (images already extracted)
+    items = _night_items(cfg, result)
+    out["actor"] = actor_overhead(cfg, items, min(args.actor_requests, 4 * items.height), args.rows_per_part, str(work / "actor-store"))
+    if args.store_factor:
+        from pipeline.stages.answers import answer_store
+
+        keys = answer_store(cfg.sweep.store, cfg.backbones["zero-cost"]).read(["key"]).column("key").to_pylist()
+        out["missing_check"] = missing_check(str(work / "big-store"), keys[: args.missing_keys or len(keys)], args.store_factor, args.rows_per_part)
+    return out
+
+
+def _night_items(cfg, result):
+    """ITEMS of the night's first shard (enough for the actor's figures), read as curation reads them."""
+    from pipeline.curation import pairs_to_items, read_pairs
+    from pipeline.shards import discover
+    from pipeline.stages import ingest
+
+    shards = discover(cfg.sweep.inputs)[:1]
+    items, _ = pairs_to_items(read_pairs(shards, cfg), shards)
+    items, _, _ = ingest.prepare_items(items)
+    return items
+
+
+def print_case(c: dict) -> None:
+    stages = ", ".join(f"{k} {v:.1f}" for k, v in c["stages_s"].items())
+    a = c["actor"]
+    print(f"[{c['code']}] {c['pairs']:,} pairs, rows_per_part {c['rows_per_part']}: {c['wall_s']:.1f} s; "
+          f"{c['requests_per_s']:,.0f} requests/s ({c['requests_sent']:,} sent), {c['pairs_per_s']:,.0f} pairs/s", flush=True)
+    print(f"    stages (s): {stages}")
+    print(f"    answers stage on Ray: {c['answers_stage_us_per_request']:.1f} us/request; actor in process: "
+          f"{a['overhead_us']:.1f} us/request excluding the engine, CPU {a.get('cpu_overhead_us', float('nan')):.1f} us "
+          f"({a['requests']:,} requests, engine {a['engine_s']:.2f} of {a['wall_s']:.2f} s)")
+    print(f"    driver peak RSS {c['driver_peak_rss_mb']:,.0f} MB (after warm-up {c['driver_rss_before_mb']:,.0f} MB); "
+          f"answers {c['answer_parts']:,} parts / {c['answer_bytes'] / 1e6:.1f} MB, generations {c['generation_parts']:,} parts / {c['generation_bytes'] / 1e6:.1f} MB")
+    print(f"    same night again {c['same_night_again_s']:.1f} s; all-cached rerun {c['all_cached_rerun_s']:.1f} s "
+          f"= {c['all_cached_ratio']:.0%} of the first run (sent {c['all_cached_sent']}; "
+          + ", ".join(f"{k} {v:.1f}" for k, v in c["all_cached_stages_s"].items()) + ")")
+    m = c.get("missing_check")
+    if m:
+        print(f"    missing-key check: {m['check_s']:.2f} s for the night's keys against {m['store_keys']:,} stored keys "
+              f"({m['store_parts']:,} parts, {m['store_bytes'] / 1e6:.0f} MB; built in {m['build_s']:.0f} s)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, nargs="+", default=[100_000], help="night sizes (1,000,000 is opt-in: long)")
+    parser.add_argument("--per-shard", type=int, default=5000, help="pairs per shard")
+    parser.add_argument("--rows-per-part", type=int, default=256, help="compute.rows_per_part (256: today's preset)")
+    parser.add_argument("--also-rows-per-part", type=int, default=None, help="run this checkout once more with this rows_per_part")
+    parser.add_argument("--baseline", default=None, help="another checkout (e.g. /work/main): run each size on its code first")
+    parser.add_argument("--store-factor", type=int, default=10, help="missing-key check against a store this many times the night (0: skip)")
+    parser.add_argument("--missing-keys", type=int, default=100_000, help="night keys probed in the missing-key check")
+    parser.add_argument("--actor-requests", type=int, default=20_000, help="requests for the in-process actor overhead")
+    parser.add_argument("--num-cpus", type=int, default=None, help="local Ray CPUs (default: all)")
+    parser.add_argument("--set", action="append", default=[], help="extra curation config override (key=value), repeatable")
+    parser.add_argument("--json", default=None, help="also write every case's figures to this JSON file")
+    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # child: one case
+    parser.add_argument("--code", default=str(ROOT), help=argparse.SUPPRESS)
+    parser.add_argument("--work", help=argparse.SUPPRESS)
+    parser.add_argument("--inputs", help=argparse.SUPPRESS)
+    parser.add_argument("--warmup", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print("RESULT " + json.dumps(one_case(args)), flush=True)
+        return
+
+    cases = []
+    base = Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    try:
+        write_shards(base / "warmup", 20, 10, offset=5_000_000)
+        for n in args.pairs:
+            inputs = base / f"in-{n}"
+            start = time.perf_counter()
+            write_shards(inputs, n, args.per_shard, offset=0)
+            print(f"{n:,} pairs written in {time.perf_counter() - start:.0f} s ({inputs})", flush=True)
+            runs = [(c, args.rows_per_part) for c in (args.baseline, str(ROOT)) if c]
+            if args.also_rows_per_part:
+                runs.append((str(ROOT), args.also_rows_per_part))
+            for code, rows_per_part in runs:
+                work = base / f"work-{n}-{len(cases)}"
+                cmd = [sys.executable, __file__, "--one", "--code", code, "--work", str(work), "--inputs", str(inputs),
+                       "--warmup", str(base / "warmup"), "--rows-per-part", str(rows_per_part),
+                       "--store-factor", str(args.store_factor), "--missing-keys", str(args.missing_keys),
+                       "--actor-requests", str(args.actor_requests)]
+                cmd += [f"--set={s}" for s in args.set]
+                if args.num_cpus:
+                    cmd += ["--num-cpus", str(args.num_cpus)]
+                env = dict(os.environ, PYTHONPATH=os.pathsep.join([code, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+                proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=code)
+                line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+                if proc.returncode or line is None:
+                    print(f"[{code}] {n} pairs failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}", flush=True)
+                    continue
+                case = json.loads(line[len("RESULT "):])
+                cases.append(case)
+                print_case(case)
+                shutil.rmtree(work, ignore_errors=True)
+            here = [c for c in cases if c["pairs"] == n]
+            if args.baseline and len(here) >= 2 and here[0]["code"] == args.baseline:
+                old = here[0]
+                for new in here[1:]:
+                    print(f"    this checkout (rows_per_part {new['rows_per_part']}) / baseline at {n:,} pairs: "
+                          f"requests/s x{new['requests_per_s'] / old['requests_per_s']:.2f}, "
+                          f"driver RSS x{new['driver_peak_rss_mb'] / old['driver_peak_rss_mb']:.2f}, "
+                          f"all-cached rerun x{new['all_cached_rerun_s'] / old['all_cached_rerun_s']:.2f}", flush=True)
+            shutil.rmtree(inputs, ignore_errors=True)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+        if args.json:
+            Path(args.json).write_text(json.dumps(cases, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Per-item explorer: `python jobs/explore.py run=outputs/runs/smoke [out=DIR]`.
+
+Writes a static, offline site (default <run>/explorer/; open index.html in a browser, or
+copy the folder to any static host such as an S3 bucket): per benchmark and backbone,
+items sortable and filterable by any metric, human score, rank disagreement, tag or
+template; each item with its image, questions (p_v, p_t, commitment, agreement), DSG
+parents, evidence boxes and masked views, judge outputs and errors. See docs/explorer.md.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runnable from a fresh clone
+
+from omegaconf import OmegaConf  # noqa: E402
+
+from pipeline.explore.site import write_site  # noqa: E402
+
+
+def main(argv: list[str]) -> int:
+    if not argv or {"-h", "--help"} & set(argv):
+        print(__doc__)
+        return 0 if argv else 2
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    bad = [a for a in argv if "=" not in a or a.split("=", 1)[0] not in ("run", "out")]
+    if bad:
+        print(f"unknown argument(s) {bad}: write run=<run folder> [out=<site folder>]", file=sys.stderr)
+        return 2
+    args = OmegaConf.to_container(OmegaConf.from_dotlist(argv))
+    if "run" not in args:
+        print("which run? run=<run folder>, e.g. run=outputs/runs/smoke", file=sys.stderr)
+        return 2
+    run = str(args["run"]) if "://" in str(args["run"]) else str(Path(str(args["run"])).expanduser().resolve())
+    out = args.get("out")
+    if out is not None and "://" not in str(out):
+        out = str(Path(str(out)).expanduser().resolve())
+    try:
+        result = write_site(run, out)
+    except FileNotFoundError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    print(f"explorer: {result.out}/index.html  ({result.views} view(s), {result.items} items, {result.images} images"
+          f"{f', {result.image_errors} unreadable' if result.image_errors else ''}; {result.seconds:.1f}s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,62 @@
+"""Check backbones before a sweep: `python jobs/preflight.py backbones=[qwen3_5-4b,gemma4-12b]`.
+
+Run it first on a GPU node. For each backbone it loads the engine(s), scores a fixed small
+set of demo prompts and prints answer mass per request kind, hf-vs-vLLM agreement,
+prefix-cache hit rate, requests/s, prompt tokens/s and GPU memory; it exits 1 when a check
+fails (low mass, engines disagreeing), 2 on a bad config.
+
+Preflight options (the rest are sweep overrides, as for jobs/sweep.py):
+  min_mass=0.5     lowest allowed median answer mass per request kind
+  min_p5=0.05      lowest allowed 5th percentile
+  tolerance=0.05   largest allowed |P(yes) hf - P(yes) vLLM|
+  compare_hf=true  also score vLLM backbones with transformers
+  images=3         demo images to ask about
+On CPU the default is the tiny built-in model (`backbones=[smoke]`): random weights, so its
+mass is low and the check fails by design (add min_mass=0 min_p5=0 to see it pass).
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runnable from a fresh clone
+
+from pipeline.config import ConfigError, load_config  # noqa: E402
+from pipeline.preflight import PreflightOptions, run_preflight  # noqa: E402
+
+OPTIONS = {"min_mass": ("min_median_mass", float), "min_p5": ("min_p5_mass", float), "tolerance": ("tolerance", float),
+           "compare_hf": ("compare_hf", lambda v: v.lower() in ("1", "true", "yes")), "images": ("images", int)}
+
+
+def main(argv: list[str]) -> int:
+    if {"-h", "--help"} & set(argv):
+        print(__doc__)
+        return 0
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    options, rest = PreflightOptions(), []
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if key in OPTIONS:
+            field, parse = OPTIONS[key]
+            try:
+                setattr(options, field, parse(value))
+            except ValueError:
+                print(f"preflight: {key}={value!r} is not a valid {parse.__name__}", file=sys.stderr)
+                return 2
+        else:
+            rest.append(arg)
+    try:
+        # The demo benchmark supplies the prompts, whatever the sweep preset lists.
+        preset = [] if any(a.startswith("sweep=") for a in rest) else ["sweep=smoke"]
+        cfg = load_config([*preset, *rest, "benchmarks=[demo]"])
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    report, ok = run_preflight(cfg, options)
+    print(report)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,79 @@
+"""Check or clean a store (the answer and generation cache of every run):
+
+    python jobs/store.py verify store=<store dir or s3://...> [repair=true]
+    python jobs/store.py gc store=<store dir or s3://...> [min_age_s=3600] [dry_run=true]
+
+`verify` reads every part and marker and prints keys, parts, bytes and bad parts per folder;
+exit code 1 when something is bad (with repair=true bad parts are moved to `_quarantine/`,
+and the next run computes their keys). `gc` removes temporary files of killed writers
+older than min_age_s, quarantined parts and unreadable markers; parts are never removed.
+See docs/troubleshooting.md.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runnable from a fresh clone
+
+from pipeline.store_admin import GC_MIN_AGE_S, gc, verify  # noqa: E402
+
+USAGE = "usage: python jobs/store.py verify|gc store=<dir or s3://...> [repair=true] [min_age_s=N] [dry_run=true]"
+_BOOL = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
+
+
+def parse_args(argv: list[str]) -> dict:
+    if not argv or argv[0] not in ("verify", "gc"):
+        raise ValueError("the first argument must be verify or gc")
+    args: dict = {"command": argv[0], "repair": False, "dry_run": False, "min_age_s": GC_MIN_AGE_S}
+    allowed = {"verify": ("store", "repair"), "gc": ("store", "min_age_s", "dry_run")}[argv[0]]
+    for arg in argv[1:]:
+        key, sep, value = arg.partition("=")
+        if not sep or key not in allowed:
+            raise ValueError(f"unexpected argument {arg!r} for {argv[0]}")
+        if key in ("repair", "dry_run"):
+            if value.lower() not in _BOOL:
+                raise ValueError(f"{key} must be true or false, got {value!r}")
+            args[key] = _BOOL[value.lower()]
+        elif key == "min_age_s":
+            try:
+                args[key] = float(value)
+            except ValueError:
+                raise ValueError(f"min_age_s must be a number of seconds, got {value!r}") from None
+            if args[key] < 0:
+                raise ValueError(f"min_age_s must be >= 0, got {value!r}")
+        else:
+            args[key] = value
+    if not args.get("store"):
+        raise ValueError("store=<store dir or s3://...> is required")
+    return args
+
+
+def main(argv: list[str]) -> int:
+    try:
+        args = parse_args(argv)
+    except ValueError as exc:
+        print(f"{exc}\n{USAGE}", file=sys.stderr)
+        return 2
+    if args["command"] == "gc":
+        removed = gc(args["store"], min_age_s=args["min_age_s"], dry_run=args["dry_run"])
+        for path in removed:
+            print(("would remove " if args["dry_run"] else "removed ") + path)
+        print(f"{len(removed)} files {'to remove' if args['dry_run'] else 'removed'}")
+        return 0
+    reports = verify(args["store"], repair=args["repair"])
+    for report in reports:
+        print(report.line())
+        for bad in report.bad_parts:
+            moved = f" -> moved to {bad['moved_to']}" if bad.get("moved_to") else ""
+            print(f"  bad part {bad['path']}: {bad['reason']}{moved}")
+        for bad in report.bad_markers:
+            print(f"  bad marker {bad['path']}: {bad['reason']}")
+    total = {k: sum(getattr(r, k) for r in reports) for k in ("keys", "parts", "bytes")}
+    n_bad = sum(len(r.bad_parts) + len(r.bad_markers) for r in reports)
+    print(f"total: {len(reports)} folders, {total['keys']} keys, {total['parts']} parts, {total['bytes']} bytes, {n_bad} bad")
+    return 1 if n_bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,192 @@
+"""Checking and cleaning a whole store: `verify` reads every part and marker, `gc` removes
+what is safe to remove.
+
+A store root (`sweep.store`, `${root}/store` by default) holds one `PartStore` folder per
+backbone or generator (`answers/<backbone>/`, `generations/<name>/`, `grounding/<detector>/`,
+`views/`) next to rendered view images (`images/`). Besides its parts each folder may hold:
+
+- `_markers/*.json`: notes that a unit of work finished; never trusted over the parts, so
+  always safe to delete;
+- `.tmp-*`: files of a writer that is still writing, or was killed while writing; never
+  read; safe to delete once no run is writing (gc waits until they are old);
+- `_quarantine/*`: parts a reader found unusable and moved aside; their keys were computed
+  again, so they are kept only for inspection.
+
+The stages check the parts they need on every run (`PartStore.missing`); this module checks
+all of them, e.g. after a disk or bucket incident, and says what it found.
+"""
+from __future__ import annotations
+
+import json
+import posixpath
+import time
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from operators import schema
+from pipeline.storage import retrying
+from pipeline.store import MARKERS, QUARANTINE, TMP_PREFIX, BadPart, PartStore, filesystem
+
+GC_MIN_AGE_S = 3600.0  # a temporary file younger than this may belong to a live writer
+
+
+def _schemas() -> dict[str, pa.Schema]:
+    """Part schema by the store's top-level folder (imported late: only verify needs them)."""
+    from operators.grounding import DETECTIONS
+    from operators.views import VIEW_IMAGES
+
+    return {"answers": schema.ANSWERS, "generations": schema.GENERATIONS, "grounding": DETECTIONS, "views": VIEW_IMAGES}
+
+
+@dataclass
+class FolderReport:
+    """What one PartStore folder holds."""
+
+    url: str
+    parts: int = 0
+    rows: int = 0
+    keys: int = 0  # distinct keys over all good parts
+    bytes: int = 0
+    bad_parts: list[dict] = field(default_factory=list)  # {path, reason[, moved_to]}
+    markers: int = 0
+    bad_markers: list[dict] = field(default_factory=list)
+    temp_files: list[str] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.bad_parts and not self.bad_markers
+
+    def line(self) -> str:
+        state = "ok" if self.ok else f"{len(self.bad_parts)} BAD parts, {len(self.bad_markers)} bad markers"
+        extra = f", {len(self.temp_files)} temp files" if self.temp_files else ""
+        extra += f", {len(self.quarantined)} quarantined" if self.quarantined else ""
+        return f"{self.url}: {self.keys} keys, {self.parts} parts, {self.bytes} bytes, {self.markers} markers{extra}: {state}"
+
+
+def _files(root: str) -> tuple[object, str, dict[str, dict]]:
+    fs, path = filesystem(root)
+    fs.invalidate_cache(path)
+    found = retrying(f"list {root}", lambda: fs.find(path, detail=True)) if fs.exists(path) else {}
+    return fs, path, found
+
+
+def _folder_of(path: str) -> tuple[str, str] | None:
+    """(PartStore folder, role) of a file, or None for files no store owns (view PNGs)."""
+    parent, name = posixpath.split(path)
+    special = posixpath.basename(parent) in (MARKERS, QUARANTINE)
+    folder = posixpath.dirname(parent) if special else parent
+    if name.startswith(TMP_PREFIX):
+        return folder, "tmp"
+    if special:
+        return folder, posixpath.basename(parent)
+    if name.startswith("part-") and name.endswith(".parquet"):
+        return folder, "part"
+    return None
+
+
+def _url(root: str, root_path: str, path: str) -> str:
+    return root.rstrip("/") + path[len(root_path.rstrip("/")):]
+
+
+def survey(root: str) -> dict[str, dict[str, list[tuple[str, dict]]]]:
+    """Every store folder under `root` -> role -> [(path, file info)]."""
+    _, root_path, found = _files(root)
+    folders: dict[str, dict[str, list]] = {}
+    for path, info in sorted(found.items()):
+        owner = _folder_of(path)
+        if owner:
+            folder, role = owner
+            folders.setdefault(folder, {}).setdefault(role, []).append((path, info))
+    return {_url(root, root_path, folder): roles for folder, roles in folders.items()}
+
+
+def verify(root: str, *, repair: bool = False) -> list[FolderReport]:
+    """Read every part (all columns, checked against its schema) and every marker.
+
+    With `repair`, bad parts are quarantined as a stage's reader would (their keys are then
+    computed by the next run) and unreadable markers removed.
+    """
+    schemas = _schemas()
+    reports = []
+    _, root_path, _ = _files(root)
+    for url, roles in survey(root).items():
+        top = url[len(root.rstrip("/")) + 1:].split("/", 1)[0]
+        store = PartStore(url, schemas.get(top, pa.schema([("key", pa.string())])))
+        report = FolderReport(url=url)
+        keys = []
+        for path, info in roles.get("part", []):
+            report.parts += 1
+            report.bytes += int(info.get("size") or 0)
+            try:
+                table = store.read_part(path)
+            except FileNotFoundError:
+                continue
+            except BadPart as bad:
+                entry = {"path": _url(root, root_path, path), "reason": bad.reason}
+                if repair:
+                    entry["moved_to"] = store.quarantine(path, bad.reason)
+                report.bad_parts.append(entry)
+                continue
+            report.rows += table.num_rows
+            keys.append(table.column("key"))
+        if keys:
+            report.keys = len(pc.unique(pa.chunked_array([c for k in keys for c in k.chunks], pa.string())))
+        for path, _info in roles.get(MARKERS, []):
+            report.markers += 1
+            try:
+                json.loads(store.fs.cat_file(path))
+            except (ValueError, UnicodeDecodeError) as exc:
+                report.bad_markers.append({"path": _url(root, root_path, path), "reason": f"{type(exc).__name__}: {exc}"[:300]})
+                if repair:
+                    store.fs.rm(path)
+        report.temp_files = [_url(root, root_path, p) for p, _ in roles.get("tmp", [])]
+        report.quarantined = [_url(root, root_path, p) for p, _ in roles.get(QUARANTINE, [])]
+        reports.append(report)
+    return reports
+
+
+def _age_s(info: dict, now: float) -> float | None:
+    """Seconds since a file was last written (None when the filesystem does not say)."""
+    stamp = info.get("mtime", info.get("LastModified", info.get("last_modified")))
+    if stamp is None:
+        return None
+    if hasattr(stamp, "timestamp"):
+        stamp = stamp.timestamp()
+    return now - float(stamp)
+
+
+def gc(root: str, *, min_age_s: float = GC_MIN_AGE_S, dry_run: bool = False) -> list[str]:
+    """Remove temporary files older than `min_age_s` (killed writers), every quarantined part
+    and every marker that cannot be read; returns what was (or, dry run, would be) removed.
+
+    Parts are never removed: a good part is the cache, a bad one is quarantined first
+    (by a run or by `verify(repair=True)`).
+    """
+    fs, _root_path, _ = _files(root)
+    now = time.time()
+    doomed = []
+    for roles in survey(root).values():
+        for path, info in roles.get("tmp", []):
+            age = _age_s(info, now)
+            if age is not None and age >= min_age_s:
+                doomed.append(path)
+        doomed += [path for path, _ in roles.get(QUARANTINE, [])]
+        for path, _ in roles.get(MARKERS, []):
+            try:
+                json.loads(fs.cat_file(path))
+            except (ValueError, UnicodeDecodeError):
+                doomed.append(path)
+    if not dry_run:
+        for path in doomed:
+            try:
+                retrying(f"remove {path}", lambda p=path: fs.rm(p))
+            except FileNotFoundError:
+                pass
+    return [fs.unstrip_protocol(p) if not _is_local_path(root) else p for p in doomed]
+
+
+def _is_local_path(root: str) -> bool:
+    return "://" not in root or root.startswith("file://")

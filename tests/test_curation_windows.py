@@ -1,0 +1,122 @@
+"""Curation in windows of whole shards: the same outputs as one pass, the driver holding one
+window at a time, and a job killed in the middle of a window resuming to the same outputs."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+from curation_shards import pair_rows, tar_samples, write_parquet, write_tar
+from killing import kill_when, settled
+
+from operators import schema
+from pipeline.config import ConfigError
+from pipeline.curation import load_curation_config, plan_windows, run_curation
+from pipeline.shards import Shard
+from pipeline.store import PartStore
+
+REPO = Path(__file__).resolve().parent.parent
+SMOKE = ["curation=smoke", "compute.progress_bars=false"]
+PER_PAIR = 7  # the smoke preset: three questions on the image and from the caption, one holistic
+
+pytestmark = pytest.mark.slow
+
+
+def write_inputs(root: Path) -> None:
+    write_parquet(root / "in" / "a.parquet", pair_rows(range(12)))
+    write_tar(root / "in" / "b.tar", tar_samples(range(12, 24)))
+    write_parquet(root / "in" / "c.parquet", pair_rows([3, *range(24, 35)]))  # pair 3 again: a repeat across windows
+
+
+def config(root: Path, *extra: str):
+    return load_curation_config([*SMOKE, f"root={root}", f"inputs=[{root}/in/]", *extra])
+
+
+def outputs(root: Path) -> dict[str, pl.DataFrame]:
+    out = root / "curation" / "smoke"
+    return {f"{kind}/{p.stem.split('-')[0]}": pl.read_parquet(p).drop("item_id", strict=False)
+            for kind in ("filtered", "decisions", "evidence", "errors") for p in sorted((out / kind).glob("*.parquet"))}
+
+
+def test_plan_windows_bounds_shards_and_bytes():
+    shards = [Shard(uri=f"/s/{i}.parquet", size=size, version="v", format="parquet") for i, size in enumerate([5, 5, 20, 1, 1, 1])]
+    sizes = lambda ws: [len(w) for w in ws]  # noqa: E731
+    assert sizes(plan_windows(shards, None, None)) == [6]
+    assert sizes(plan_windows(shards, 2, None)) == [2, 2, 2]
+    assert sizes(plan_windows(shards, None, 10 / 1024**3)) == [2, 1, 3]  # a shard over the limit is a window of its own
+    assert sizes(plan_windows(shards, 2, 10 / 1024**3)) == [2, 1, 2, 1]
+    assert [s for w in plan_windows(shards, 4, 7 / 1024**3) for s in w] == shards  # order kept, nothing lost
+    assert plan_windows([], 2, 1.0) == []
+
+
+@pytest.mark.parametrize("override", ["window_shards=0", "window_gb=0"])
+def test_bad_window_settings_are_config_errors(tmp_path, override):
+    with pytest.raises(ConfigError, match=override.split("=")[0]):
+        config(tmp_path, override)
+
+
+def test_windowed_curation_publishes_what_one_pass_publishes(ray_session, tmp_path):
+    one, windowed = tmp_path / "one", tmp_path / "windowed"
+    write_inputs(one)
+    write_inputs(windowed)
+    single = run_curation(config(one, "window_gb=null"))
+    result = run_curation(config(windowed, "window_shards=1"))
+    assert (windowed / "curation" / "smoke" / "runs" / result.run_id / "windows" / "0002" / "scores").is_dir()
+    got, want = outputs(windowed), outputs(one)
+    assert list(got) == list(want) and len(got) == 12
+    for name in want:
+        assert got[name].equals(want[name]), name
+    assert result.totals() == single.totals()
+    # the repeated pair is answered once across windows, as in one pass; one report per stage
+    assert [r.stage for r in result.reports] == [r.stage for r in single.reports]
+    assert result.stage("answers").sent == single.stage("answers").sent == 35 * PER_PAIR
+    manifest = json.loads((windowed / "curation" / "smoke" / "manifest.json").read_text())
+    assert len(manifest["shards"]) == 3
+    assert run_curation(config(windowed, "window_shards=1")).run_id is None  # nothing left to do
+
+
+def test_a_job_killed_mid_window_resumes_to_the_same_outputs(ray_session, tmp_path):
+    reference, root = tmp_path / "reference", tmp_path / "killed"
+    write_inputs(reference)
+    write_inputs(root)
+    args = ["window_shards=1", "compute.rows_per_part=2"]  # many small parts: the kill lands inside a window
+    env = dict(os.environ, PYTHONUNBUFFERED="1", RAY_ADDRESS=ray_session.get_runtime_context().gcs_address)
+    manifest_path = root / "curation" / "smoke" / "manifest.json"
+    answers_dir = root / "store" / "answers" / "zero-cost"
+    first_window = 12 * PER_PAIR // 2  # parts of window 1's answers
+
+    def inside_second_window() -> bool:
+        if not manifest_path.exists():
+            return False
+        return len(list(answers_dir.glob("part-*.parquet"))) >= first_window + 4
+
+    log_path = tmp_path / "killed.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "jobs/curate.py", *SMOKE, f"root={root}", f"inputs=[{root}/in/]", *args],
+            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        kill_when(proc, inside_second_window, log_path, timeout=240)
+    store = PartStore(str(answers_dir), schema.ANSWERS)
+    settled(lambda: len(store.part_paths()), quiet_s=1)
+    recorded = json.loads(manifest_path.read_text())["shards"]
+    assert [Path(u).name for u in recorded] == ["a.parquet"], "the kill must land after window 1 was recorded"
+    written = len(store.keys())
+    assert 12 * PER_PAIR < written < 35 * PER_PAIR, "the kill must land inside window 2"
+
+    resumed = run_curation(config(root, *args))
+    assert [Path(s.shard).name for s in resumed.shards] == ["b.tar", "c.parquet"]  # window 1 is not redone
+    answers = resumed.stage("answers")
+    assert answers.sent == 35 * PER_PAIR - written and answers.cached == answers.needed - answers.sent
+    keys = pl.concat([pl.read_parquet(p, columns=["key"]) for p in store.part_paths()])
+    assert keys.height == keys["key"].n_unique() == 35 * PER_PAIR  # no answer stored twice
+
+    run_curation(config(reference, "window_gb=null"))
+    got, want = outputs(root), outputs(reference)
+    assert list(got) == list(want)
+    for name in want:
+        assert got[name].equals(want[name]), name

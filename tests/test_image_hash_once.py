@@ -1,0 +1,86 @@
+"""Image hashes are computed once: while extracting embedded bytes, from a shard's own hash
+column, or from the (uri, size, mtime/ETag) cache; ingest reads only images it has never seen."""
+from __future__ import annotations
+
+import os
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+from curation_shards import CORRUPT_PNG, image_bytes, pair_rows, write_parquet
+
+from operators import schema
+from operators.hashing import image_hash
+from pipeline import shards as shards_module
+from pipeline.benchmarks.io import Folder
+from pipeline.shards import shard_pairs
+from pipeline.stages import ingest
+
+
+def pairs_of(path, images_dir, **kwargs):
+    return shard_pairs("s", str(path), "parquet", image_column="image", caption_column="caption", images=Folder(str(images_dir)), **kwargs).to_pylist()
+
+
+def items_frame(uris, hashes=None):
+    rows = [{"item_id": f"b/{i}", "benchmark": "b", "image_uri": u, "image_hash": (hashes or [None] * len(uris))[i], "caption": f"c{i}", "group_id": str(i)}
+            for i, u in enumerate(uris)]
+    return pl.from_arrow(schema.conform(pa.Table.from_pylist(rows), schema.ITEMS))
+
+
+def test_extraction_hashes_checks_and_stores_each_image_once(tmp_path, monkeypatch):
+    rows = pair_rows(range(3))
+    rows[1]["image"] = CORRUPT_PNG
+    path = write_parquet(tmp_path / "a.parquet", rows)
+    decoded = []
+    real = shards_module.decode_image
+    monkeypatch.setattr(shards_module, "decode_image", lambda data, uri: decoded.append(uri) or real(data, uri))
+    pairs = pairs_of(path, tmp_path / "images")
+    assert [p["image_hash"] for p in pairs] == [image_hash(image_bytes(0)), None, image_hash(image_bytes(2))]
+    assert (pairs[1]["field"], pairs[1]["reason"]) == ("image", "unreadable_image")
+    assert pairs[1]["image_uri"] is None and "row 1" in pairs[1]["detail"]
+    stored = sorted(p.name for p in (tmp_path / "images").rglob("*") if p.is_file())
+    assert stored == sorted(f"{image_hash(image_bytes(i))}.png" for i in (0, 2))  # the corrupt blob is not stored
+    assert len(decoded) == 3
+    decoded.clear()
+    again = pairs_of(path, tmp_path / "images")  # a rerun: the stored images were checked when written
+    assert [p["image_hash"] for p in again] == [p["image_hash"] for p in pairs]
+    assert len(decoded) == 1  # only the corrupt one, which was never stored
+
+
+def test_items_with_a_known_hash_are_not_read_again(tmp_path):
+    items = items_frame([str(tmp_path / "gone.png")], ["abc"])  # the file does not even exist
+    out, report = ingest.hash_item_images(items)
+    assert out["image_hash"].to_list() == ["abc"] and report.sent == 0 and report.failed == 0
+
+
+def test_a_shard_hash_column_is_used_for_referenced_images(tmp_path):
+    rows = pair_rows([5, 6], image="path", folder=tmp_path)
+    table = pa.Table.from_pylist(rows).append_column("sha256", pa.array(["ff00", " "]))
+    pq.write_table(table, tmp_path / "a.parquet")
+    pairs = pairs_of(tmp_path / "a.parquet", tmp_path / "extracted", hash_column="sha256")
+    assert [p["image_hash"] for p in pairs] == ["sha256:ff00", None]  # blank: unknown, hashed by ingest
+    assert [p["image_uri"] for p in pairs] == [str(tmp_path / "images" / "5.png"), str(tmp_path / "images" / "6.png")]
+
+
+def test_benchmark_images_are_hashed_once_per_file_version(tmp_path, ray_session):
+    files = []
+    for i in range(5):
+        f = tmp_path / "img" / f"{i}.png"
+        f.parent.mkdir(exist_ok=True)
+        f.write_bytes(image_bytes(i))
+        files.append(str(f))
+    (tmp_path / "img" / "bad.png").write_bytes(CORRUPT_PNG)
+    items = items_frame([*files, files[0], str(tmp_path / "img" / "bad.png")])
+    cache = str(tmp_path / "store" / "image_hashes")
+    first, report = ingest.hash_item_images(items, cache_url=cache)
+    assert report.sent == 6 and report.failed == 1
+    assert first["image_hash"].to_list() == [image_hash(image_bytes(i)) for i in (0, 1, 2, 3, 4, 0)]
+    second, report = ingest.hash_item_images(items, cache_url=cache)
+    assert report.sent == 1 and report.cached == 5 and report.failed == 1  # only the unreadable one is read again
+    assert second.equals(first)
+    # a file rewritten in place (new size and mtime) is hashed again
+    os.replace(files[1], tmp_path / "tmp.png")
+    (tmp_path / "img" / "1.png").write_bytes(image_bytes(99) + b"\0" * 10)
+    third, report = ingest.hash_item_images(items, cache_url=cache)
+    assert report.sent == 2
+    assert third["image_hash"].to_list()[1] == image_hash(image_bytes(99) + b"\0" * 10)
