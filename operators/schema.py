@@ -49,6 +49,15 @@ REQUESTS = pa.schema(
     ]
 )
 
+# Field metadata of a column added to a stored table's schema after parts were written: a
+# stored part without it reads as null there. Every other missing column makes a part bad.
+ADDED_LATER = {"added_later": "true"}
+
+
+def added_later(field: pa.Field) -> bool:
+    return bool(field.metadata) and field.metadata.get(b"added_later") == b"true"
+
+
 ANSWERS = pa.schema(
     [
         ("key", pa.string()),
@@ -59,7 +68,7 @@ ANSWERS = pa.schema(
         # P(yes spellings) + P(no spellings) = exp(logp_yes) + exp(logp_no): how much of the
         # next-token distribution went to an answer at all. Null in parts written before it
         # existed (read them with `conform`; the value follows from the two log-probs).
-        ("answer_mass", pa.float64()),
+        pa.field("answer_mass", pa.float64(), metadata=ADDED_LATER),
     ]
 )
 

@@ -32,6 +32,7 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from operators import schema as schema_mod
 from operators.hashing import keys_digest
 from pipeline.storage import retrying
 
@@ -173,14 +174,12 @@ class PartStore:
         columns = list(columns or self.schema.names)
         data = retrying(f"read {path}", lambda: self.fs.cat_file(path))
         try:
-            # A part written before a nullable column existed reads with that column null
-            # (a missing `key` column still makes it a bad part).
+            # A part written before a column was added to the schema (operators.schema.ADDED_LATER)
+            # reads with that column null; any other missing column makes it a bad part.
             present = set(pq.read_schema(pa.BufferReader(data)).names)
-            if "key" not in present:
-                raise BadPart(path, "no 'key' column")
             table = pq.read_table(pa.BufferReader(data), columns=[c for c in columns if c in present])
             for name in (c for c in columns if c not in present):
-                if not self.schema.field(name).nullable:
+                if not schema_mod.added_later(self.schema.field(name)):
                     raise BadPart(path, f"no {name!r} column")
                 table = table.append_column(name, pa.nulls(table.num_rows, self.schema.field(name).type))
             table = table.select(columns).cast(pa.schema([self.schema.field(c) for c in columns]))
@@ -245,7 +244,7 @@ class PartStore:
         if table.num_rows == 0:
             return None
         for field in self.schema:  # a column added to the schema later may be missing: stored null
-            if field.name not in table.column_names and field.name != "key":
+            if field.name not in table.column_names and schema_mod.added_later(field):
                 table = table.append_column(field.name, pa.nulls(table.num_rows, field.type))
         table = table.select(self.schema.names).cast(self.schema)
         keys = table.column("key").to_pylist()
