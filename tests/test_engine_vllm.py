@@ -233,3 +233,28 @@ def test_missing_vllm_gives_install_hint(monkeypatch, backbone):
     monkeypatch.setitem(sys.modules, "vllm", None)  # makes `import vllm` raise ImportError
     with pytest.raises(ImportError, match=r"pip install '\.\[vllm\]'"):
         load_engine(backbone)
+
+
+def test_an_over_long_caption_is_refused_before_vllm_sees_it(fake_vllm, backbone):
+    """A 50 KB caption is far past max_model_len: it becomes a `prompt_too_long` error row and
+    the batch's other request is still answered, with no engine call for the long one."""
+    import pyarrow as pa
+
+    from operators.answering import answer_batch
+
+    backbone.max_model_len = 64
+    engine = load_engine(backbone)
+    long_caption = "a red square above a blue circle " * 1500
+    batch = pa.table({
+        "key": ["short", "long"], "backbone": ["tiny-vllm"] * 2, "kind": ["caption"] * 2, "prompt_id": ["v"] * 2,
+        "image_hash": [None, None], "image_uri": [None, None], "caption": ["a red square", long_caption],
+        "text": ["Is there a square?"] * 2,
+    })
+    templates = {"answer_caption": 'Text: "{caption}" Q: {question}'}
+    answers, errors = answer_batch(engine, batch, templates, load_image=None)
+    assert answers.column("key").to_pylist() == ["short"]
+    assert errors.column("reason").to_pylist() == ["prompt_too_long"]
+    assert engine.prompt_lengths([]) == []
+    sent = [len(call.requests) for call in fake_vllm.LLM_INSTANCES[-1].calls]
+    assert sent == [1]
+    engine.close()

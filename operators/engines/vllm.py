@@ -64,6 +64,20 @@ class VLLMEngine:
             vr.check_llm_kwargs(kwargs, valid, spec.name)
         self.llm = vllm.LLM(**kwargs)
         self.prompt_tokens = 0  # prompt tokens sent so far (image tokens included): for throughput reports
+        self.max_prompt_tokens = spec.max_prompt_tokens or spec.max_model_len
+
+    def prompt_lengths(self, prompts: Sequence[Prompt]) -> list[int]:
+        """Text tokens of each rendered prompt, without running the model.
+
+        A lower bound where the prompt has an image (its expansion into image tokens happens
+        inside vLLM's multimodal processor), so a prompt refused here is certainly too long:
+        an over-long caption never reaches the engine. A prompt that only its image makes too
+        long is refused by vLLM itself, and that refusal becomes the request's error row.
+        """
+        texts = [self._render(p) for p in prompts]
+        if not texts:
+            return []
+        return [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
     def score_yes_no(self, prompts: Sequence[Prompt]) -> np.ndarray:
         params = self._vllm.SamplingParams(**vr.yes_no_sampling_kwargs(self.yes_ids, self.no_ids))
