@@ -134,3 +134,14 @@ def test_status_table_marks_each_key_with_its_last_error():
     assert [r["ok"] for r in rows] == [True, False, False, True]
     assert (rows[1]["reason"], rows[1]["source"], rows[2]["reason"]) == ("r2", "x", "r3")
     assert rows[0]["reason"] is None and rows[3]["detail"] is None
+
+
+def test_engine_pools_take_batch_part_and_memory_settings_from_compute():
+    from operators.engines.spec import BackboneSpec
+    from pipeline.config import ComputeSpec
+    from pipeline.stages.engine_stage import _memory, engine_pool
+
+    pool = engine_pool(BackboneSpec(name="b", engine="scripted"), ComputeSpec(rows_per_part=64, rows_per_batch=2048, engine_memory_gb=1.5))
+    assert (pool.rows_per_batch, pool.part_rows, pool.memory_gb) == (2048, 64, 1.5)
+    assert _memory(pool) == {"memory": int(1.5 * 2**30)}
+    assert _memory(engine_pool(BackboneSpec(name="b", engine="scripted"), ComputeSpec())) == {}
