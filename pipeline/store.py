@@ -180,14 +180,10 @@ class PartStore:
             window = pc.unique(_as_array(keys))
             paths = self._parts_for(window)
 
-        def one(path: str) -> pa.Table | None:
-            table = self._read_or_quarantine(path, wanted)
-            if table is not None and window is not None:
-                table = table.filter(pc.is_in(table.column("key"), value_set=window))
-            return table
-
         with ThreadPoolExecutor(READ_THREADS) as pool:  # object stores: many GETs in flight
-            tables = [t for t in pool.map(one, paths) if t is not None and t.num_rows]
+            parts = (t for t in pool.map(lambda path: self._read_or_quarantine(path, wanted), paths) if t is not None)
+            tables = list(parts) if window is None else _matching(parts, window)
+        tables = [t for t in tables if t.num_rows]
         if not tables:
             return self.schema.empty_table().select(wanted)
         return _first_per_key(pa.concat_tables(tables))
@@ -371,6 +367,28 @@ class PartStore:
         except BadPart as bad:
             log.warning("%s: replacing unreadable part %s (%s)", self.url, url, bad.reason)
             return False
+
+
+def _matching(tables: Iterable[pa.Table], window: pa.Array) -> list[pa.Table]:
+    """The rows of `tables` whose key is in `window`, filtered a group of parts at a time:
+    one hash set of the window per group (not per part), and at most a group in memory."""
+    group_rows = max(len(window), 1 << 18)
+    out, group, rows = [], [], 0
+
+    def flush():
+        if group:
+            table = pa.concat_tables(group)
+            out.append(table.filter(pc.is_in(table.column("key"), value_set=window)))
+            group.clear()
+
+    for table in tables:
+        group.append(table)
+        rows += table.num_rows
+        if rows >= group_rows:
+            flush()
+            rows = 0
+    flush()
+    return out
 
 
 def _as_array(keys) -> pa.Array:
