@@ -289,8 +289,8 @@ class PartStore:
             else:
                 inputs.append(path)
         summary = {"store": self.url, "parts_in": 0, "parts_out": 0, "rows": 0, "dropped_duplicates": 0}
-        if len(inputs) < 2:
-            return summary  # nothing to merge
+        if len(inputs) < 2 and all(COMPACTED.match(posixpath.basename(p)) for p in inputs):
+            return summary  # nothing to merge (a lone small part is still folded into the kept ones)
         with ThreadPoolExecutor(READ_THREADS) as pool:
             tables = [t for t in pool.map(lambda p: self._read_or_quarantine(p, self.schema.names), inputs)]
         read = [p for p, t in zip(inputs, tables) if t is not None]
