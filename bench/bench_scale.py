@@ -144,8 +144,18 @@ def missing_check(store_url: str, night_keys, factor: int, rows_per_part: int) -
     mask = store.missing(probe)
     seconds = time.perf_counter() - start
     parts, size = _store_size(Path(store_url))
-    return {"store_keys": n_store, "store_parts": parts, "store_bytes": size, "build_s": build, "check_s": seconds,
-            "missing": int(pa.compute.sum(mask).as_py() or 0)}
+    out = {"store_keys": n_store, "store_parts": parts, "store_bytes": size, "build_s": build, "check_s": seconds,
+           "missing": int(pa.compute.sum(mask).as_py() or 0)}
+    if hasattr(store, "compact"):  # this code compacts: the same check once the store is compacted
+        start = time.perf_counter()
+        store.compact()
+        out["compact_s"] = time.perf_counter() - start
+        start = time.perf_counter()
+        again = store.missing(probe)
+        out["check_compacted_s"] = time.perf_counter() - start
+        out["compacted_parts"] = _store_size(Path(store_url))[0]
+        assert again.equals(mask), "the check after compaction disagrees with the check before it"
+    return out
 
 
 def one_case(args) -> dict:
@@ -223,6 +233,8 @@ def print_case(c: dict) -> None:
     if m:
         print(f"    missing-key check: {m['check_s']:.2f} s for the night's keys against {m['store_keys']:,} stored keys "
               f"({m['store_parts']:,} parts, {m['store_bytes'] / 1e6:.0f} MB; built in {m['build_s']:.0f} s)")
+        if "check_compacted_s" in m:
+            print(f"    after compaction ({m['compact_s']:.1f} s, {m['compacted_parts']:,} parts): {m['check_compacted_s']:.2f} s")
 
 
 def main() -> None:

@@ -2,11 +2,15 @@
 
     python jobs/store.py verify store=<store dir or s3://...> [repair=true]
     python jobs/store.py gc store=<store dir or s3://...> [min_age_s=3600] [dry_run=true]
+    python jobs/store.py compact store=<store dir or s3://...> [target_rows=1048576] [small_rows=65536]
 
 `verify` reads every part and marker and prints keys, parts, bytes and bad parts per folder;
 exit code 1 when something is bad (with repair=true bad parts are moved to `_quarantine/`,
 and the next run computes their keys). `gc` removes temporary files of killed writers
 older than min_age_s, quarantined parts and unreadable markers; parts are never removed.
+`compact` merges small parts into big ones sorted by key and bucketed by key prefix (under
+each folder's lease; safe while runs write), so finding a night's keys reads only the
+buckets that can hold them (docs/storage.md).
 See docs/troubleshooting.md.
 """
 from __future__ import annotations
@@ -16,17 +20,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runnable from a fresh clone
 
-from pipeline.store_admin import GC_MIN_AGE_S, gc, verify  # noqa: E402
+from pipeline.store import COMPACT_SMALL_ROWS, COMPACT_TARGET_ROWS  # noqa: E402
+from pipeline.store_admin import GC_MIN_AGE_S, compact, gc, verify  # noqa: E402
 
-USAGE = "usage: python jobs/store.py verify|gc store=<dir or s3://...> [repair=true] [min_age_s=N] [dry_run=true]"
+USAGE = ("usage: python jobs/store.py verify|gc|compact store=<dir or s3://...> [repair=true] [min_age_s=N] [dry_run=true] "
+         "[target_rows=N] [small_rows=N]")
 _BOOL = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
 
 
 def parse_args(argv: list[str]) -> dict:
-    if not argv or argv[0] not in ("verify", "gc"):
-        raise ValueError("the first argument must be verify or gc")
-    args: dict = {"command": argv[0], "repair": False, "dry_run": False, "min_age_s": GC_MIN_AGE_S}
-    allowed = {"verify": ("store", "repair"), "gc": ("store", "min_age_s", "dry_run")}[argv[0]]
+    if not argv or argv[0] not in ("verify", "gc", "compact"):
+        raise ValueError("the first argument must be verify, gc or compact")
+    args: dict = {"command": argv[0], "repair": False, "dry_run": False, "min_age_s": GC_MIN_AGE_S,
+                  "target_rows": COMPACT_TARGET_ROWS, "small_rows": COMPACT_SMALL_ROWS}
+    allowed = {"verify": ("store", "repair"), "gc": ("store", "min_age_s", "dry_run"),
+               "compact": ("store", "target_rows", "small_rows")}[argv[0]]
     for arg in argv[1:]:
         key, sep, value = arg.partition("=")
         if not sep or key not in allowed:
@@ -42,6 +50,13 @@ def parse_args(argv: list[str]) -> dict:
                 raise ValueError(f"min_age_s must be a number of seconds, got {value!r}") from None
             if args[key] < 0:
                 raise ValueError(f"min_age_s must be >= 0, got {value!r}")
+        elif key in ("target_rows", "small_rows"):
+            try:
+                args[key] = int(value)
+            except ValueError:
+                raise ValueError(f"{key} must be a whole number of rows, got {value!r}") from None
+            if args[key] < (1 if key == "target_rows" else 0):
+                raise ValueError(f"{key} must be >= {1 if key == 'target_rows' else 0}, got {value!r}")
         else:
             args[key] = value
     if not args.get("store"):
@@ -55,6 +70,11 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         print(f"{exc}\n{USAGE}", file=sys.stderr)
         return 2
+    if args["command"] == "compact":
+        for s in compact(args["store"], target_rows=args["target_rows"], small_rows=args["small_rows"]):
+            print(f"{s['store']}: {s['parts_in']} parts -> {s['parts_out']} compacted parts, {s['rows']} rows, "
+                  f"{s['dropped_duplicates']} duplicate rows dropped")
+        return 0
     if args["command"] == "gc":
         removed = gc(args["store"], min_age_s=args["min_age_s"], dry_run=args["dry_run"])
         for path in removed:

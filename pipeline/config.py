@@ -151,7 +151,9 @@ class ComputeSpec:
     # GPUs per engine replica; None: tensor_parallel_size for vllm, 0 for hf/scripted on CPU
     gpus_per_engine: float | None = None
     cpus_per_engine: float = 1.0
-    rows_per_part: int = 256  # requests per engine call and written part (resume granularity)
+    rows_per_part: int = 256  # requests per stored part (resume granularity: a kill loses at most the unfinished parts)
+    rows_per_batch: int = 4096  # requests per worker call (Ray's fixed cost is paid per batch); holds whole parts
+    engine_memory_gb: float | None = None  # memory Ray reserves per engine actor; None: no reservation
     progress_bars: bool = True
     # Memory ceilings (docs/cluster.md, "Memory"): backpressure instead of OOM kills.
     object_store_memory_gb: float | None = None  # local Ray only; None: Ray's default (30% of RAM)
@@ -568,6 +570,8 @@ def validate_ranges(cfg: ResolvedConfig) -> None:
     _at_least("compute.gpus_per_engine", c.gpus_per_engine, 0, optional=True)
     _within("compute.cpus_per_engine", c.cpus_per_engine, 0, math.inf, low_open=True, high_open=True)
     _at_least("compute.rows_per_part", c.rows_per_part, 1)
+    _at_least("compute.rows_per_batch", c.rows_per_batch, 1)
+    _within("compute.engine_memory_gb", c.engine_memory_gb, 0, math.inf, low_open=True, high_open=True, optional=True)
     _within("compute.data_object_store_fraction", c.data_object_store_fraction, 0, 1, low_open=True)
     _within("compute.task_memory_gb", c.task_memory_gb, 0, math.inf, low_open=True, high_open=True)
     _within("compute.object_store_memory_gb", c.object_store_memory_gb, 0, math.inf, low_open=True, high_open=True, optional=True)

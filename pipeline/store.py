@@ -13,6 +13,15 @@ can be repeated safely because a file's bytes are fixed by its name. Listings an
 checks drop fsspec's cached directory listings first, since other processes (answer
 actors, a concurrent run) add parts behind this process's back.
 
+Finding keys reads no more than it must. `compact` (under the store folder's lease) merges
+the small parts the workers write into big ones, sorted by key and bucketed by the key's
+first two characters (`part-k<bucket>-n<rows>-<digest>.parquet`); a check of which keys are
+stored (`missing`) or a read of given keys (`read(keys=...)`) opens only the compacted parts
+whose bucket holds one of the keys, plus the parts not compacted yet, and keeps only the
+matching rows: the driver never holds a whole store. Compaction writes the merged part
+before it removes the small ones, so every key stays readable throughout (readers drop a
+key seen twice, `_first_per_key`), and after it each key is stored once.
+
 The store checks itself: a part that cannot be parsed (truncated, overwritten by hand, wrong
 columns) is logged with its path and moved aside to `<store>/_quarantine/` (never deleted),
 so its keys count as missing and are computed again; writing a part whose name exists but
@@ -23,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import posixpath
+import re
 import time
 import uuid
 from collections.abc import Iterable
@@ -30,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import fsspec
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from operators import schema as schema_mod
@@ -43,6 +54,12 @@ TMP_PREFIX = ".tmp-"
 QUARANTINE = "_quarantine"  # bad parts moved aside: <store>/_quarantine/<part name>.<stamp>
 MARKERS = "_markers"
 READ_THREADS = 16
+# Compacted parts: part-k<bucket>-n<rows>-<digest>.parquet ('k' is not a hex digit, so no
+# worker-written part-<digest> name can look like one). Bucket: the key's first 0, 1 or 2
+# characters (more as the store grows) when they are lowercase hex (content keys are), else "x"s.
+COMPACTED = re.compile(r"^part-k(?P<bucket>[0-9a-fx]{0,2})-n(?P<rows>\d+)-[0-9a-f]+\.parquet$")
+COMPACT_TARGET_ROWS = 1_048_576  # rows per compacted part at most
+COMPACT_SMALL_ROWS = 65_536  # compacted parts below this are merged again
 
 
 class BadPart(Exception):
@@ -148,21 +165,40 @@ class PartStore:
         pattern = posixpath.join(self.path, PART_GLOB)
         return sorted(retrying(f"list {self.url}", lambda: self.fs.glob(pattern)))
 
-    def read(self, columns: list[str] | None = None) -> pa.Table:
-        """All stored rows (one per key: a key written twice by racing runs is kept once).
+    def read(self, columns: list[str] | None = None, *, keys: pa.Array | Iterable[str] | None = None) -> pa.Table:
+        """Stored rows (one per key: a key written twice by racing runs is kept once); with
+        `keys`, only the rows of those keys, reading only the parts that can hold them.
 
         Bad parts are quarantined and skipped (`self.quarantined` lists them), so their keys
         read as missing and the next anti-join computes them again.
         """
-        paths = self.part_paths()
         wanted = list(columns) if columns else self.schema.names
         if "key" not in wanted:
             wanted = ["key", *wanted]
+        if keys is None:
+            paths, window = self.part_paths(), None
+        else:
+            window = pc.unique(_as_array(keys))
+            paths = self._parts_for(window)
+
         with ThreadPoolExecutor(READ_THREADS) as pool:  # object stores: many GETs in flight
-            tables = [t for t in pool.map(lambda path: self._read_or_quarantine(path, wanted), paths) if t is not None]
+            parts = (t for t in pool.map(lambda path: self._read_or_quarantine(path, wanted), paths) if t is not None)
+            tables = list(parts) if window is None else _matching(parts, window)
+        tables = [t for t in tables if t.num_rows]
         if not tables:
             return self.schema.empty_table().select(wanted)
         return _first_per_key(pa.concat_tables(tables))
+
+    def _parts_for(self, keys: pa.Array) -> list[str]:
+        """The parts that can hold any of `keys`: compacted parts of their buckets, and every
+        part not compacted yet."""
+        buckets = {width: set(pc.unique(key_buckets(keys, width)).to_pylist()) for width in (0, 1, 2)}
+        chosen = []
+        for path in self.part_paths():
+            found = COMPACTED.match(posixpath.basename(path))
+            if found is None or found["bucket"] in buckets[len(found["bucket"])]:
+                chosen.append(path)
+        return chosen
 
     def read_part(self, path: str, columns: list[str] | None = None) -> pa.Table:
         """One part, checked: raises BadPart (naming the file) if it cannot be used.
@@ -224,12 +260,79 @@ class PartStore:
         """Boolean mask: True where a key is not stored (the anti-join).
 
         The one place that decides what must be computed: success markers never replace it.
+        Only the key columns of parts that can hold `keys` are read (`read(keys=...)`).
         Parts that cannot be read are quarantined on the way, so their keys are missing.
         """
-        import pyarrow.compute as pc
+        keys = _as_array(keys)
+        stored = self.read(["key"], keys=keys).column("key").combine_chunks()
+        return pc.invert(pc.is_in(keys, value_set=stored))
 
-        keys = pa.array(keys, type=pa.string()) if not isinstance(keys, (pa.Array, pa.ChunkedArray)) else keys
-        return pc.invert(pc.is_in(keys, value_set=self.keys()))
+    # -- compaction ------------------------------------------------------------------------
+    def compact(self, *, target_rows: int = COMPACT_TARGET_ROWS, small_rows: int = COMPACT_SMALL_ROWS) -> dict:
+        """Merge small parts into compacted parts (sorted by key, one key bucket each).
+
+        Call under the store folder's lease (`pipeline.store_admin.compact` takes it), so two
+        compactions never race; workers may keep writing new parts meanwhile. Order of work:
+        the merged parts are written completely first, the small parts removed after, so a
+        reader always finds every key, and a compaction killed midway leaves at worst keys
+        stored twice (read once), which the next compaction folds back to once: a key already
+        in a kept compacted part is dropped from the merge.
+        """
+        if target_rows < 1 or small_rows < 0:
+            raise ValueError(f"compact: target_rows must be >= 1 and small_rows >= 0, got {target_rows}, {small_rows}")
+        inputs, kept = [], {}
+        for path in self.part_paths():
+            found = COMPACTED.match(posixpath.basename(path))
+            if found is not None and int(found["rows"]) >= small_rows:
+                kept.setdefault(found["bucket"], []).append(path)
+            else:
+                inputs.append(path)
+        summary = {"store": self.url, "parts_in": 0, "parts_out": 0, "rows": 0, "dropped_duplicates": 0}
+        if len(inputs) < 2 and all(COMPACTED.match(posixpath.basename(p)) for p in inputs):
+            return summary  # nothing to merge (a lone small part is still folded into the kept ones)
+        with ThreadPoolExecutor(READ_THREADS) as pool:
+            tables = [t for t in pool.map(lambda p: self._read_or_quarantine(p, self.schema.names), inputs)]
+        read = [p for p, t in zip(inputs, tables) if t is not None]
+        tables = [t for t in tables if t is not None]
+        if not tables:
+            return summary
+        merged = pa.concat_tables(tables)
+        rows_in = merged.num_rows
+        merged = _first_per_key(merged)
+        # bucket width: the widest that leaves each bucket's part at least `small_rows` rows on average
+        width = max([w for w in (0, 1, 2) if merged.num_rows >= 2 * max(small_rows, 1) * 16**w] or [0])
+        buckets = key_buckets(merged.column("key"), width)
+        written = set()
+        for bucket in sorted(pc.unique(buckets).to_pylist()):
+            rows = merged.filter(pc.equal(buckets, bucket))
+            overlapping = [p for b, paths in kept.items() if b.startswith(bucket) or bucket.startswith(b) for p in paths]
+            if overlapping:  # keys a kept compacted part already holds stay only there
+                held = self._keys_of(overlapping)
+                rows = rows.filter(pc.invert(pc.is_in(rows.column("key"), value_set=held)))
+            rows = rows.sort_by("key")
+            for start in range(0, rows.num_rows, target_rows):
+                chunk = rows.slice(start, target_rows)
+                name = f"part-k{bucket}-n{chunk.num_rows}-{keys_digest(chunk.column('key').to_pylist())}.parquet"
+                url = f"{self.url}/{name}"
+                if not exists(url) or not self._readable(url):
+                    write_table(url, chunk)
+                written.add(posixpath.join(self.path, name))
+                summary["parts_out"] += 1
+                summary["rows"] += chunk.num_rows
+        for path in read:  # only now: every key of these parts is in a written or kept part
+            if path not in written:
+                try:
+                    retrying(f"remove {path}", lambda p=path: self.fs.rm(p))
+                except FileNotFoundError:
+                    pass
+        summary["parts_in"] = len(read)
+        summary["dropped_duplicates"] = rows_in - summary["rows"]
+        log.info("%s: compacted %d parts into %d (%d rows, %d duplicate rows dropped)", self.url, len(read), summary["parts_out"], summary["rows"], summary["dropped_duplicates"])
+        return summary
+
+    def _keys_of(self, paths: list[str]) -> pa.Array:
+        tables = [t for t in (self._read_or_quarantine(p, ["key"]) for p in paths) if t is not None]
+        return pa.concat_tables(tables).column("key").combine_chunks() if tables else pa.array([], pa.string())
 
     # -- writing ---------------------------------------------------------------------------
     def part_url(self, keys: Iterable[str]) -> str:
@@ -263,6 +366,45 @@ class PartStore:
         except BadPart as bad:
             log.warning("%s: replacing unreadable part %s (%s)", self.url, url, bad.reason)
             return False
+
+
+def _matching(tables: Iterable[pa.Table], window: pa.Array) -> list[pa.Table]:
+    """The rows of `tables` whose key is in `window`, filtered a group of parts at a time:
+    one hash set of the window per group (not per part), and at most a group in memory."""
+    group_rows = max(len(window), 1 << 18)
+    out, group, rows = [], [], 0
+
+    def flush():
+        if group:
+            table = pa.concat_tables(group)
+            out.append(table.filter(pc.is_in(table.column("key"), value_set=window)))
+            group.clear()
+
+    for table in tables:
+        group.append(table)
+        rows += table.num_rows
+        if rows >= group_rows:
+            flush()
+            rows = 0
+    flush()
+    return out
+
+
+def _as_array(keys) -> pa.Array:
+    if isinstance(keys, pa.ChunkedArray):
+        return keys.combine_chunks()
+    return keys if isinstance(keys, pa.Array) else pa.array(list(keys), type=pa.string())
+
+
+def key_buckets(keys: pa.Array, width: int = 2) -> pa.Array:
+    """Each key's bucket in compacted parts: its first `width` characters when lowercase hex,
+    else `width` x's (a key shorter than that, too)."""
+    keys = keys.cast(pa.string())
+    if width == 0:
+        return pa.repeat(pa.scalar(""), len(keys))
+    prefix = pc.utf8_slice_codeunits(keys, 0, width)
+    hexlike = pc.match_substring_regex(prefix, f"^[0-9a-f]{{{width}}}$")
+    return pc.if_else(hexlike, prefix, pa.scalar("x" * width))
 
 
 def _first_per_key(table: pa.Table) -> pa.Table:

@@ -1,5 +1,5 @@
 """Checking and cleaning a whole store: `verify` reads every part and marker, `gc` removes
-what is safe to remove.
+what is safe to remove, `compact` merges small parts into big sorted ones.
 
 A store root (`sweep.store`, `${root}/store` by default) holds one `PartStore` folder per
 backbone or generator (`answers/<backbone>/`, `generations/<name>/`, `grounding/<detector>/`,
@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from operators import schema
 from pipeline.storage import retrying
-from pipeline.store import MARKERS, QUARANTINE, TMP_PREFIX, BadPart, PartStore, filesystem
+from pipeline.store import COMPACT_SMALL_ROWS, COMPACT_TARGET_ROWS, MARKERS, QUARANTINE, TMP_PREFIX, BadPart, PartStore, filesystem
 
 GC_MIN_AGE_S = 3600.0  # a temporary file younger than this may belong to a live writer
 
@@ -146,6 +146,29 @@ def verify(root: str, *, repair: bool = False) -> list[FolderReport]:
         report.quarantined = [_url(root, root_path, p) for p, _ in roles.get(QUARANTINE, [])]
         reports.append(report)
     return reports
+
+
+def compact(root: str, *, target_rows: int = COMPACT_TARGET_ROWS, small_rows: int = COMPACT_SMALL_ROWS, ttl_s: float = 600.0, force: bool = False) -> list[dict]:
+    """Compact every PartStore folder under `root` (`PartStore.compact`), each under its own
+    lease (`<folder>/_lease.json`), so two compactions of one folder never run at once.
+
+    Runs may keep writing while this runs: compaction only merges the parts it listed, and
+    writes the merged part before it removes them. Returns one summary per folder.
+    """
+    from pipeline.lease import Lease
+
+    schemas = _schemas()
+    summaries = []
+    for url, roles in survey(root).items():
+        if len(roles.get("part", [])) < 2:
+            continue
+        top = url[len(root.rstrip("/")) + 1:].split("/", 1)[0]
+        store = PartStore(url, schemas.get(top, pa.schema([("key", pa.string())])))
+        with Lease(url, what=f"compact {url}", ttl_s=ttl_s, force=force):
+            summary = store.compact(target_rows=target_rows, small_rows=small_rows)
+        summary["quarantined"] = [q["path"] for q in store.quarantined]
+        summaries.append(summary)
+    return summaries
 
 
 def _age_s(info: dict, now: float) -> float | None:

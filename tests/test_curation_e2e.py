@@ -230,7 +230,9 @@ def write_kill_inputs(root: Path) -> None:
     write_tar(root / "in" / "b.tar", tar_samples(range(16, 32)))
 
 
-KILL = ["compute.rows_per_part=4"]  # many small parts, so the kill lands between two of them
+# many small parts, so the kill lands between two of them; small Ray batches, since a worker
+# finishes the batch in its hands after the driver is killed
+KILL = ["compute.rows_per_part=4", "compute.rows_per_batch=16"]
 
 
 def test_killed_curation_resumes_to_the_same_outputs(ray_session, tmp_path):

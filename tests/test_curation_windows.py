@@ -83,7 +83,8 @@ def test_a_job_killed_mid_window_resumes_to_the_same_outputs(ray_session, tmp_pa
     reference, root = tmp_path / "reference", tmp_path / "killed"
     write_inputs(reference)
     write_inputs(root)
-    args = ["window_shards=1", "compute.rows_per_part=2"]  # many small parts: the kill lands inside a window
+    # many small parts in small Ray batches (a worker finishes its batch after the kill): the kill lands inside a window
+    args = ["window_shards=1", "compute.rows_per_part=2", "compute.rows_per_batch=8"]
     env = dict(os.environ, PYTHONUNBUFFERED="1", RAY_ADDRESS=ray_session.get_runtime_context().gcs_address)
     manifest_path = root / "curation" / "smoke" / "manifest.json"
     answers_dir = root / "store" / "answers" / "zero-cost"

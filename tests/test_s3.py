@@ -56,8 +56,8 @@ BUCKET = "depict-test"
 # from S3 and write a part per 4 requests (about 45 parts).
 SWEEP = [
     "backbones=[zero-cost]", "benchmarks=[demo]", "metrics=[depict,agree,vqascore,dsg]", "baselines=[vqascore,dsg]",
-    "compute.rows_per_part=4", "compute.progress_bars=false", "bootstrap.n_resamples=20",
-]
+    "compute.rows_per_part=4", "compute.rows_per_batch=16", "compute.progress_bars=false", "bootstrap.n_resamples=20",
+]  # Ray batches of 4 parts: a worker finishes the batch in its hands after a kill, so keep them small
 BACKBONE = "zero-cost"
 SWEEP_TIMEOUT_S = 300
 

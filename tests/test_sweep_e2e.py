@@ -92,7 +92,9 @@ def test_killed_sweep_resumes_without_resending_written_answers(first_run, tmp_p
     answers_dir = tmp_path / "store" / "answers" / "smoke"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "jobs/sweep.py", f"root={tmp_path}", *SMOKE, "compute.num_cpus=2"],
+            # Ray batches of 4 parts: a worker finishes the batch in its hands after the kill,
+            # so with one batch for the whole stage there would be nothing left to resume
+            [sys.executable, "jobs/sweep.py", f"root={tmp_path}", *SMOKE, "compute.num_cpus=2", "compute.rows_per_batch=64"],
             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         kill_when(proc, lambda: len(list(answers_dir.glob("part-*.parquet"))) >= 3, log_path)

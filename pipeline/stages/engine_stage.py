@@ -1,9 +1,12 @@
 """Run model work (answers, generations) as a Ray Data actor-pool stage that writes parts.
 
 The driver computes which keys are missing from the store (anti-join); Ray Data streams the
-missing rows through a pool of actors that each load the engine once; every batch is
-written to the store as one complete part before its status comes back, so a run killed at
-any moment keeps all finished batches and the rerun asks only for the rest.
+missing rows through a pool of actors that each load the engine once, in batches of
+thousands of rows (Ray's fixed cost per batch is ~16-19 ms). A batch is made of whole
+parts (`rows_per_part`, cut from the full request list); the actor stores each part
+completely, in a background thread while it computes the next, before the batch's status
+comes back, so a run killed at any moment keeps every finished part and the rerun asks only
+for the rest.
 
 Nothing the store holds is taken on trust: every needed key is checked against it (markers
 are only notes), and a request that kills its worker is isolated and recorded as an error
@@ -11,10 +14,12 @@ row instead of restarting the worker forever.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -60,17 +65,25 @@ class StageReport:
         return {k: getattr(self, k) for k in ("stage", "unit", "needed", "cached", "sent", "failed", "seconds")}
 
 
-def status_table(keys: list[str], errors: pa.Table) -> pa.Table:
-    """Per-key status of a processed batch: ok unless the key has an error row."""
-    failed = {r["key"]: r for r in errors.to_pylist()}
-    rows = []
-    for key in keys:
-        err = failed.get(key)
-        rows.append(
-            {"key": key, "ok": err is None}
-            | ({k: err.get(k) for k in ("stage", "source", "field", "reason", "detail")} if err else {})
-        )
-    return pa.Table.from_pylist(rows, schema=STATUS)
+def status_table(keys, errors: pa.Table) -> pa.Table:
+    """Per-key status of a processed batch: ok unless the key has an error row (its last one).
+
+    Vectorised (a lookup of each key in the error keys): no Python per row.
+    """
+    keys = keys if isinstance(keys, (pa.Array, pa.ChunkedArray)) else pa.array(keys, pa.string())
+    keys = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+    n = len(keys)
+    if errors.num_rows == 0:
+        columns = {"key": keys.cast(pa.string()), "ok": pa.repeat(pa.scalar(True), n)}
+        columns |= {f.name: pa.nulls(n, f.type) for f in STATUS if f.name not in columns}
+        return pa.table(columns, schema=STATUS)
+    last_first = errors.take(pa.array(range(errors.num_rows - 1, -1, -1), pa.int64()))  # index_in finds the first match
+    where = pc.index_in(keys, value_set=last_first.column("key").combine_chunks())
+    columns = {"key": keys.cast(pa.string()), "ok": pc.is_null(where)}
+    for f in STATUS:
+        if f.name not in columns:
+            columns[f.name] = last_first.column(f.name).combine_chunks().cast(f.type).take(where) if f.name in errors.column_names else pa.nulls(n, f.type)
+    return pa.table(columns, schema=STATUS)
 
 
 @dataclass(frozen=True)
@@ -81,7 +94,13 @@ class ActorPool:
     size: int = 1
     num_gpus: float = 0.0
     num_cpus: float = 1.0
-    rows_per_batch: int = 256  # rows per worker call and per stored part (resume granularity)
+    rows_per_batch: int = 256  # rows per worker call (a Ray batch holds whole parts, at least one)
+    rows_per_part: int | None = None  # rows per stored part (resume granularity); None: rows_per_batch
+    memory_gb: float | None = None  # memory Ray reserves per actor (None: no reservation)
+
+    @property
+    def part_rows(self) -> int:
+        return self.rows_per_part or self.rows_per_batch
 
 
 def engine_pool(backbone: BackboneSpec, compute: ComputeSpec) -> ActorPool:
@@ -92,7 +111,10 @@ def engine_pool(backbone: BackboneSpec, compute: ComputeSpec) -> ActorPool:
         gpus = backbone.tensor_parallel_size
     else:
         gpus = 0
-    return ActorPool(size=compute.engines_per_backbone, num_gpus=gpus, num_cpus=compute.cpus_per_engine, rows_per_batch=compute.rows_per_part)
+    return ActorPool(
+        size=compute.engines_per_backbone, num_gpus=gpus, num_cpus=compute.cpus_per_engine,
+        rows_per_batch=compute.rows_per_batch, rows_per_part=compute.rows_per_part, memory_gb=compute.engine_memory_gb,
+    )
 
 
 def run_engine_stage(
@@ -118,16 +140,8 @@ def run_engine_stage(
     markers = Markers(f"{store.url}/{MARKERS}")
     unit_marker = f"{stage}-{keys_digest(requests.column('key').to_pylist())}"
     marked = markers.done(unit_marker)
-    # Batches are cut from the FULL request list, then filtered to the missing keys: a resumed
-    # run sends exactly the batches the interrupted run had not finished, with the same
-    # composition (so even batch-dependent numerics are identical) and the same part names.
-    rows = pool.rows_per_batch
     missing = store.missing(requests.column("key"))
-    blocks = []
-    for start_row in range(0, requests.num_rows, rows):
-        block = requests.slice(start_row, rows).filter(missing.slice(start_row, rows))
-        if block.num_rows:
-            blocks.append(block)
+    blocks = cut_batches(requests, missing, pool)
     n_todo = sum(b.num_rows for b in blocks)
     report.cached = requests.num_rows - n_todo
     report.quarantined = list(store.quarantined)
@@ -144,7 +158,7 @@ def run_engine_stage(
     log.info("%s/%s: %d needed, %d cached, %d to compute", stage, unit, report.needed, report.cached, n_todo)
     local = executor.current()
     if local is not None:  # in-process (pipeline.executor): the same workers and batches, no Ray
-        statuses = local.map_batches(blocks, worker_cls, worker_kwargs)
+        statuses = local.map_batches(blocks, PartWriter, {"worker_cls": worker_cls, "worker_kwargs": worker_kwargs})
         status = pa.concat_tables(statuses) if statuses else STATUS.empty_table()
     else:
         status = compute_blocks(blocks, worker_cls, worker_kwargs, pool, stage=stage)
@@ -156,6 +170,92 @@ def run_engine_stage(
     if report.failed == 0:
         markers.mark(unit_marker, report.as_row() | {"finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     return report
+
+
+PART = "_part"  # column of a Ray batch: which stored part each row belongs to (dropped by PartWriter)
+
+
+def cut_batches(requests: pa.Table, missing: pa.Array, pool: ActorPool) -> list[pa.Table]:
+    """The batches a stage sends: parts cut from the FULL request list, filtered to the missing
+    keys, then consecutive parts joined into batches of at least `pool.rows_per_batch` rows.
+
+    Parts are cut before filtering, so a resumed run writes exactly the parts the
+    interrupted run had not finished, with the same composition (even batch-dependent
+    numerics are identical) and the same names. Batches only group parts: one worker call
+    per batch (Ray's fixed cost per batch is paid per thousands of rows), one stored part per
+    part inside it (a kill loses at most the parts not yet written).
+    """
+    import numpy as np
+
+    part_of = pa.array((np.arange(requests.num_rows, dtype=np.int64) // pool.part_rows).astype(np.int32))
+    todo = requests.append_column(PART, part_of).filter(missing)
+    if todo.num_rows == 0:
+        return []
+    # Batch boundaries fall only between parts: close a batch at the first part end past the target.
+    parts = todo.column(PART).combine_chunks()
+    ends = [int(i) + 1 for i in pc.indices_nonzero(pc.not_equal(parts[:-1], parts[1:])).to_pylist()] + [todo.num_rows]
+    batches, begin = [], 0
+    for end in ends:
+        if end - begin >= pool.rows_per_batch or end == todo.num_rows:
+            batches.append(todo.slice(begin, end - begin))
+            begin = end
+    return batches
+
+
+class PartWriter:
+    """Wraps a stage worker: one worker call (and one stored part) per part of a Ray batch.
+
+    A worker that writes through a `PartSink` (`worker.parts`) writes in the background
+    while it computes the next part; every write is finished before the statuses are
+    returned, so a key reported here is always in a complete part.
+    """
+
+    def __init__(self, worker_cls, worker_kwargs: dict):
+        self.worker = worker_cls(**worker_kwargs)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        sink = getattr(self.worker, "parts", None)
+        with sink.deferred() if isinstance(sink, PartSink) else contextlib.nullcontext():
+            if PART not in batch.column_names:
+                statuses = [self.worker(batch)]
+            else:
+                parts = batch.column(PART).combine_chunks()
+                body = batch.drop_columns([PART])
+                cuts = [0] + [int(i) + 1 for i in pc.indices_nonzero(pc.not_equal(parts[:-1], parts[1:])).to_pylist()] + [batch.num_rows]
+                statuses = [self.worker(body.slice(a, b - a)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+        # leaving `deferred()` waited for every part: the statuses below are all stored
+        return pa.concat_tables(statuses) if statuses else STATUS.empty_table()
+
+
+class PartSink:
+    """A worker's part writes: immediate, or (inside `deferred()`) in one background thread so
+    the next part's model work overlaps this part's encoding and upload.
+
+    Leaving `deferred()` waits for every write and raises the first failure, so a caller
+    never reports a key whose part is not complete.
+    """
+
+    def __init__(self, store: PartStore):
+        self.store = store
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: list = []
+
+    def write(self, table: pa.Table) -> None:
+        if self._pool is None:
+            self.store.write(table)
+        else:
+            self._pending.append(self._pool.submit(self.store.write, table))
+
+    @contextlib.contextmanager
+    def deferred(self):
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="part-writer")
+        try:
+            yield self
+        finally:
+            pool, pending, self._pool, self._pending = self._pool, self._pending, None, []
+            pool.shutdown(wait=True)
+            for future in pending:
+                future.result()  # raises the first failed write
 
 
 def run_and_read(*, columns: list[str] | None = None, **stage_kwargs) -> tuple[pa.Table, StageReport]:
@@ -186,13 +286,15 @@ def run_and_read(*, columns: list[str] | None = None, **stage_kwargs) -> tuple[p
 
 
 def _needed_rows(store: PartStore, requests: pa.Table, columns: list[str] | None) -> pa.Table:
-    stored = store.read(columns)
-    return stored.filter(pc.is_in(stored.column("key"), value_set=requests.column("key").combine_chunks()))
+    """The stored rows of the needed keys, reading only the parts that can hold them."""
+    return store.read(columns, keys=requests.column("key"))
 
 
 def _unaccounted(requests: pa.Table, stored: pa.Table, report: StageReport) -> set[str]:
-    accounted = set(stored.column("key").to_pylist()) | set(report.errors.column("key").to_pylist())
-    return set(requests.column("key").to_pylist()) - accounted
+    keys = requests.column("key")
+    gap = keys.filter(pc.invert(pc.or_(pc.is_in(keys, value_set=stored.column("key").combine_chunks()),
+                                       pc.is_in(keys, value_set=report.errors.column("key").combine_chunks()))))
+    return set(gap.to_pylist())
 
 
 # -- running batches on actors, with poison-request isolation ------------------------------------
@@ -220,15 +322,16 @@ def compute_blocks(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool
     with warnings.catch_warnings():  # Ray 2.60 has no named parameter for restarts yet
         warnings.simplefilter("ignore", DeprecationWarning)
         dataset = ray.data.from_arrow(blocks).map_batches(
-            worker_cls,
-            fn_constructor_kwargs=worker_kwargs,
-            batch_size=None,  # one block = one engine call = one stored part
+            PartWriter,
+            fn_constructor_kwargs={"worker_cls": worker_cls, "worker_kwargs": worker_kwargs},
+            batch_size=None,  # one block = one worker call, one stored part per part in it
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=pool.size),
             num_gpus=pool.num_gpus,
             num_cpus=pool.num_cpus,
             max_restarts=MAX_ACTOR_RESTARTS,  # passed on to the actors (ray_remote_args)
             max_task_retries=0,
+            **_memory(pool),
         )
     dataset.context.max_errored_blocks = -1  # a failed block is isolated below, not fatal here
     statuses = []
@@ -238,10 +341,8 @@ def compute_blocks(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool
             statuses.append(batch)
     except Exception as exc:  # e.g. the pool ran out of restarts: what is left is isolated
         log.warning("%s: the actor pool stopped (%s: %s); finishing the remaining batches one worker at a time", stage, type(exc).__name__, str(exc)[:300])
-    done = set()
-    for batch in statuses:
-        done.update(batch.column("key").to_pylist())
-    failed = [b.filter(pc.invert(pc.is_in(b.column("key"), value_set=pa.array(sorted(done), pa.string())))) for b in blocks]
+    done = pa.concat_tables(statuses).column("key").combine_chunks() if statuses else pa.array([], pa.string())
+    failed = [b.filter(pc.invert(pc.is_in(b.column("key"), value_set=done))) for b in blocks]
     failed = [b for b in failed if b.num_rows]
     if failed:
         log.warning("%s: %d batches (%d requests) lost their worker; isolating the cause", stage, len(failed), sum(b.num_rows for b in failed))
@@ -253,7 +354,7 @@ class _Host:
     """A plain Ray actor around a stage worker, for isolating failures one batch at a time."""
 
     def __init__(self, worker_cls, worker_kwargs: dict):
-        self.worker = worker_cls(**worker_kwargs)
+        self.worker = PartWriter(worker_cls, worker_kwargs)
 
     def ready(self) -> bool:
         return True
@@ -273,7 +374,7 @@ def isolate_failures(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, po
     from ray.exceptions import RayActorError
 
     max_deaths = max_poison * (math.ceil(math.log2(max(b.num_rows for b in blocks))) + 1)
-    remote = ray.remote(num_cpus=pool.num_cpus, num_gpus=pool.num_gpus, max_restarts=0, max_task_retries=0)(_Host)
+    remote = ray.remote(num_cpus=pool.num_cpus, num_gpus=pool.num_gpus, max_restarts=0, max_task_retries=0, **_memory(pool))(_Host)
     queue = list(blocks)
     statuses, deaths, actor = [], 0, None
     while queue:
@@ -298,6 +399,11 @@ def isolate_failures(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, po
     if actor is not None:
         ray.kill(actor)
     return pa.concat_tables(statuses) if statuses else STATUS.empty_table()
+
+
+def _memory(pool: ActorPool) -> dict:
+    """Ray's per-actor memory reservation (bytes), when the pool asks for one."""
+    return {"memory": int(pool.memory_gb * 2**30)} if pool.memory_gb else {}
 
 
 def _start(remote, worker_cls, worker_kwargs: dict, stage: str, attempts: int = 3):
@@ -335,12 +441,12 @@ def _died(block: pa.Table, stage: str, detail: str) -> pa.Table:
     return pa.table(
         {
             "key": block.column("key"),
-            "ok": pa.array([False] * n),
-            "stage": pa.array([stage] * n, pa.string()),
-            "source": pa.array([None] * n, pa.string()),
-            "field": pa.array([None] * n, pa.string()),
-            "reason": pa.array(["worker_died"] * n, pa.string()),
-            "detail": pa.array([detail] * n, pa.string()),
+            "ok": pa.repeat(pa.scalar(False), n),
+            "stage": pa.repeat(pa.scalar(stage, pa.string()), n),
+            "source": pa.nulls(n, pa.string()),
+            "field": pa.nulls(n, pa.string()),
+            "reason": pa.repeat(pa.scalar("worker_died", pa.string()), n),
+            "detail": pa.repeat(pa.scalar(detail, pa.string()), n),
         },
         schema=STATUS,
     )
@@ -356,6 +462,7 @@ class AnswerWorker:
         self.backbone = backbone
         self.templates = templates
         self.store = PartStore(store_url, schema.ANSWERS)
+        self.parts = PartSink(self.store)
         self.engine = load_engine(backbone)
         self.load_image = lambda uri: decode_image(read_image_bytes(uri), uri)
 
@@ -363,8 +470,8 @@ class AnswerWorker:
         from operators.answering import answer_batch
 
         answers, errors = answer_batch(self.engine, batch, self.templates, self.load_image, system=self.backbone.system_prompt)
-        self.store.write(answers)
-        return status_table(batch.column("key").to_pylist(), errors)
+        self.parts.write(answers)
+        return status_table(batch.column("key"), errors)
 
 
 class GenerationWorker:
@@ -376,6 +483,7 @@ class GenerationWorker:
         self.backbone = backbone
         self.templates = templates
         self.store = PartStore(store_url, schema.GENERATIONS)
+        self.parts = PartSink(self.store)
         self.engine = load_engine(backbone)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -384,5 +492,5 @@ class GenerationWorker:
         generations, errors = generate_batch(
             self.engine, batch, self.templates, max_new_tokens=self.backbone.max_new_tokens, system=self.backbone.system_prompt
         )
-        self.store.write(generations)
-        return status_table(batch.column("key").to_pylist(), errors)
+        self.parts.write(generations)
+        return status_table(batch.column("key"), errors)

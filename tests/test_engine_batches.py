@@ -1,0 +1,147 @@
+"""Ray batches of many parts: the same stored parts as one batch per part, resumable per part.
+
+A worker call takes a batch of `rows_per_batch` rows made of whole parts and stores one part
+per `rows_per_part` slice; these tests run the stage in process (pipeline.executor), with a
+worker that writes through a PartSink like the answer and generation workers.
+"""
+import random
+import zlib
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from operators import schema
+from pipeline.executor import LocalExecutor, running_locally
+from pipeline.stages.engine_stage import PART, ActorPool, PartSink, PartWriter, cut_batches, run_engine_stage, status_table
+from pipeline.store import PartStore
+
+
+class Killed(BaseException):
+    """Stands for a SIGKILL of the worker (not an error the stage could handle)."""
+
+
+class ScoringWorker:
+    """Scores a batch (a value fixed by the key), writes it as one part; may die on a given call."""
+
+    calls: list[int] = []
+    die_on_call: int | None = None
+
+    def __init__(self, store_url: str):
+        self.store = PartStore(store_url, schema.ANSWERS)
+        self.parts = PartSink(self.store)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        assert PART not in batch.column_names
+        ScoringWorker.calls.append(batch.num_rows)
+        if ScoringWorker.die_on_call is not None and len(ScoringWorker.calls) == ScoringWorker.die_on_call:
+            raise Killed()
+        keys = batch.column("key").to_pylist()
+        n = len(keys)
+        self.parts.write(pa.table({"key": keys, "backbone": ["b"] * n, "kind": ["image"] * n,
+                                   "logp_yes": [-(zlib.crc32(k.encode()) % 1000) / 100 for k in keys], "logp_no": [-1.0] * n}))
+        return status_table(batch.column("key"), schema.ERRORS.empty_table())
+
+
+@pytest.fixture(autouse=True)
+def fresh_worker():
+    ScoringWorker.calls, ScoringWorker.die_on_call = [], None
+    yield
+
+
+def requests(n: int) -> pa.Table:
+    return pa.table({"key": [f"{i:032x}" for i in range(n)], "prompt": [f"p{i}" for i in range(n)]})
+
+
+def run(store_url: str, reqs: pa.Table, pool: ActorPool):
+    with running_locally(LocalExecutor()):
+        return run_engine_stage(stage="answers", unit="b", requests=reqs, store=PartStore(store_url, schema.ANSWERS),
+                                worker_cls=ScoringWorker, worker_kwargs={"store_url": store_url}, pool=pool)
+
+
+def stored(url: str) -> tuple[list[str], list[dict]]:
+    store = PartStore(url, schema.ANSWERS)
+    names = sorted(p.rsplit("/", 1)[1] for p in store.part_paths())
+    return names, sorted(store.read().to_pylist(), key=lambda r: r["key"])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_batches_hold_whole_parts_cut_from_the_full_request_list(seed):
+    rng = random.Random(seed)
+    reqs = requests(203)
+    missing = pa.array([rng.random() < 0.6 for _ in range(reqs.num_rows)])
+    batches = cut_batches(reqs, missing, ActorPool(rows_per_batch=35, rows_per_part=10))
+    joined = pa.concat_tables(batches)
+    assert joined.drop_columns([PART]).equals(reqs.filter(missing))  # every missing row once, in order
+    assert joined.column(PART).to_pylist() == [i // 10 for i, m in enumerate(missing.to_pylist()) if m]
+    for batch in batches[:-1]:
+        assert batch.num_rows >= 35
+    parts_per_batch = [set(b.column(PART).to_pylist()) for b in batches]
+    assert all(not (a & b) for i, a in enumerate(parts_per_batch) for b in parts_per_batch[i + 1:])  # no part split
+    assert cut_batches(reqs, pc.invert(pa.array([True] * reqs.num_rows)), ActorPool(rows_per_batch=35, rows_per_part=10)) == []
+
+
+def test_big_batches_store_the_same_parts_as_one_batch_per_part(tmp_path):
+    reqs = requests(130)
+    small = run(str(tmp_path / "small"), reqs, ActorPool(rows_per_batch=10))  # today's: a batch is a part
+    calls_small = list(ScoringWorker.calls)
+    ScoringWorker.calls = []
+    big = run(str(tmp_path / "big"), reqs, ActorPool(rows_per_batch=4096, rows_per_part=10))
+    assert ScoringWorker.calls == calls_small == [10] * 13  # the worker still sees one part at a time
+    assert stored(str(tmp_path / "small")) == stored(str(tmp_path / "big"))
+    assert small.sent == big.sent == 130 and big.failed == 0
+
+
+def test_a_worker_killed_inside_a_batch_keeps_its_finished_parts_and_the_rerun_sends_only_the_rest(tmp_path):
+    reqs = requests(130)
+    url = str(tmp_path / "killed")
+    ScoringWorker.die_on_call = 5  # dies on the 5th part of the single 130-row batch
+    with pytest.raises(Killed):
+        run(url, reqs, ActorPool(rows_per_batch=4096, rows_per_part=10))
+    names, rows = stored(url)
+    assert len(names) == 4 and len(rows) == 40  # the 4 finished parts were stored completely
+    ScoringWorker.calls, ScoringWorker.die_on_call = [], None
+    again = run(url, reqs, ActorPool(rows_per_batch=4096, rows_per_part=10))
+    assert again.cached == 40 and again.sent == 90
+    assert ScoringWorker.calls == [10] * 9  # the same parts as the interrupted run would have written
+    ScoringWorker.calls = []
+    run(str(tmp_path / "clean"), reqs, ActorPool(rows_per_batch=4096, rows_per_part=10))
+    assert stored(url) == stored(str(tmp_path / "clean"))
+
+
+def test_statuses_come_back_only_after_every_part_is_written(tmp_path):
+    class FailingStore(PartStore):
+        def write(self, table):
+            if table.column("key")[0].as_py().endswith("5"):
+                raise OSError("disk full")
+            return super().write(table)
+
+    writer = PartWriter(ScoringWorker, {"store_url": str(tmp_path / "s")})
+    writer.worker.parts = PartSink(FailingStore(str(tmp_path / "s"), schema.ANSWERS))
+    batch = cut_batches(requests(30), pa.array([True] * 30), ActorPool(rows_per_batch=100, rows_per_part=5))[0]
+    with pytest.raises(OSError, match="disk full"):  # part 2 (keys ...05-...09) failed: no status at all
+        writer(batch)
+    writer.worker.parts = PartSink(PartStore(str(tmp_path / "ok"), schema.ANSWERS))
+    status = writer(batch)
+    assert status.column("key").to_pylist() == batch.column("key").to_pylist() and all(status.column("ok").to_pylist())
+    assert PartStore(str(tmp_path / "ok"), schema.ANSWERS).read().num_rows == 30
+
+
+def test_status_table_marks_each_key_with_its_last_error():
+    errors = pa.table({"key": ["b", "b", "c"], "stage": ["answers"] * 3, "source": [None, "x", None],
+                       "field": [None] * 3, "reason": ["r1", "r2", "r3"], "detail": ["d1", "d2", "d3"]})
+    rows = status_table(["a", "b", "c", "d"], errors).to_pylist()
+    assert [r["ok"] for r in rows] == [True, False, False, True]
+    assert (rows[1]["reason"], rows[1]["source"], rows[2]["reason"]) == ("r2", "x", "r3")
+    assert rows[0]["reason"] is None and rows[3]["detail"] is None
+
+
+def test_engine_pools_take_batch_part_and_memory_settings_from_compute():
+    from operators.engines.spec import BackboneSpec
+    from pipeline.config import ComputeSpec
+    from pipeline.stages.engine_stage import _memory, engine_pool
+
+    pool = engine_pool(BackboneSpec(name="b", engine="scripted"), ComputeSpec(rows_per_part=64, rows_per_batch=2048, engine_memory_gb=1.5))
+    assert (pool.rows_per_batch, pool.part_rows, pool.memory_gb) == (2048, 64, 1.5)
+    assert _memory(pool) == {"memory": int(1.5 * 2**30)}
+    assert _memory(engine_pool(BackboneSpec(name="b", engine="scripted"), ComputeSpec())) == {}
