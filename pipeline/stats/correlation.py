@@ -85,34 +85,29 @@ def _undefined(note: str) -> None:
     warnings.warn(note, DegenerateInputWarning, stacklevel=3)
 
 
-def srcc(x, y) -> Correlation:
-    """Spearman rank correlation of metric `x` with human `y` (average ranks for ties)."""
+def _rank_or_linear(x, y, name: str, compute) -> Correlation:
+    """One correlation with the shared input rules: checked pair, NaN with a note when undefined."""
     x, y = check_pair(x, y)
     note = constant_note(x, y)
     if note:
-        _undefined(f"SRCC undefined: {note}")
+        _undefined(f"{name} undefined: {note}")
         return Correlation(float("nan"), x.size, note)
-    return Correlation(float(stats.spearmanr(x, y).statistic), x.size)
+    return Correlation(float(compute(x, y).statistic), x.size)
+
+
+def srcc(x, y) -> Correlation:
+    """Spearman rank correlation of metric `x` with human `y` (average ranks for ties)."""
+    return _rank_or_linear(x, y, "SRCC", stats.spearmanr)
 
 
 def pearson(x, y) -> Correlation:
     """Plain Pearson correlation (no fit), with the same input rules as `srcc`."""
-    x, y = check_pair(x, y)
-    note = constant_note(x, y)
-    if note:
-        _undefined(f"Pearson undefined: {note}")
-        return Correlation(float("nan"), x.size, note)
-    return Correlation(float(stats.pearsonr(x, y).statistic), x.size)
+    return _rank_or_linear(x, y, "Pearson", stats.pearsonr)
 
 
 def kendall(x, y) -> Correlation:
     """Kendall tau-b (ties corrected on both sides), scipy.stats.kendalltau's default."""
-    x, y = check_pair(x, y)
-    note = constant_note(x, y)
-    if note:
-        _undefined(f"Kendall tau undefined: {note}")
-        return Correlation(float("nan"), x.size, note)
-    return Correlation(float(stats.kendalltau(x, y).statistic), x.size)
+    return _rank_or_linear(x, y, "Kendall tau", stats.kendalltau)
 
 
 def logistic4(x, b1, b2, b3, b4):
