@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runnable from a fresh clone
 
+from pipeline.cli import guarded  # noqa: E402
 from pipeline.store import COMPACT_SMALL_ROWS, COMPACT_TARGET_ROWS  # noqa: E402
 from pipeline.store_admin import GC_MIN_AGE_S, compact, gc, verify  # noqa: E402
 
@@ -64,6 +65,7 @@ def parse_args(argv: list[str]) -> dict:
     return args
 
 
+@guarded  # a missing store: one line, exit 2; a compaction already running on a folder: exit 3
 def main(argv: list[str]) -> int:
     try:
         args = parse_args(argv)

@@ -69,7 +69,10 @@ class FolderReport:
 def _files(root: str) -> tuple[object, str, dict[str, dict]]:
     fs, path = filesystem(root)
     fs.invalidate_cache(path)
-    found = retrying(f"list {root}", lambda: fs.find(path, detail=True)) if fs.exists(path) else {}
+    if not retrying(f"check {root}", lambda: fs.exists(path)):
+        # A mistyped store path must not read as a healthy empty store ("0 bad").
+        raise FileNotFoundError(f"no store at {root}")
+    found = retrying(f"list {root}", lambda: fs.find(path, detail=True))
     return fs, path, found
 
 

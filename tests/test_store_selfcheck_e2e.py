@@ -104,3 +104,7 @@ def test_store_job_cli(tmp_path, capsys):
     assert job.main(["gc", f"store={tmp_path}"]) == 0
     assert not list((tmp_path / "answers" / "b" / "_quarantine").iterdir())
     assert job.main(["verify"]) == 2 and job.main(["check", "store=x"]) == 2 and job.main(["gc", "store=x", "min_age_s=-1"]) == 2
+    capsys.readouterr()
+    for command in ("verify", "gc", "compact"):  # a mistyped store is one line and exit 2, never "0 bad"
+        assert job.main([command, f"store={tmp_path / 'no-such-store'}"]) == 2
+        assert "no store at" in capsys.readouterr().err
