@@ -192,14 +192,19 @@ def cut_batches(requests: pa.Table, missing: pa.Array, pool: ActorPool) -> list[
     if todo.num_rows == 0:
         return []
     # Batch boundaries fall only between parts: close a batch at the first part end past the target.
-    parts = todo.column(PART).combine_chunks()
-    ends = [int(i) + 1 for i in pc.indices_nonzero(pc.not_equal(parts[:-1], parts[1:])).to_pylist()] + [todo.num_rows]
     batches, begin = [], 0
-    for end in ends:
+    for end in _part_ends(todo):
         if end - begin >= pool.rows_per_batch or end == todo.num_rows:
             batches.append(todo.slice(begin, end - begin))
             begin = end
     return batches
+
+
+def _part_ends(table: pa.Table) -> list[int]:
+    """Row index just past each part of `table` (consecutive rows with the same PART value)."""
+    parts = table.column(PART).combine_chunks()
+    changes = pc.indices_nonzero(pc.not_equal(parts[:-1], parts[1:])).to_pylist()
+    return [int(i) + 1 for i in changes] + [table.num_rows]
 
 
 class PartWriter:
@@ -219,9 +224,8 @@ class PartWriter:
             if PART not in batch.column_names:
                 statuses = [self.worker(batch)]
             else:
-                parts = batch.column(PART).combine_chunks()
                 body = batch.drop_columns([PART])
-                cuts = [0] + [int(i) + 1 for i in pc.indices_nonzero(pc.not_equal(parts[:-1], parts[1:])).to_pylist()] + [batch.num_rows]
+                cuts = [0, *_part_ends(batch)]
                 statuses = [self.worker(body.slice(a, b - a)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
         # leaving `deferred()` waited for every part: the statuses below are all stored
         return pa.concat_tables(statuses) if statuses else STATUS.empty_table()
