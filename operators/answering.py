@@ -47,20 +47,6 @@ def answer_prompt(kind: str, row: Mapping, templates: Mapping[str, str], image, 
     return Prompt(user=fill(templates[template_name], **values), image=image, image_id=row.get("image_hash"), system=system)
 
 
-def _load_images(rows: list[dict], load_image: ImageLoader) -> tuple[dict, dict]:
-    """Decode each distinct image of the batch once; returns (images, failures by hash)."""
-    images, failures = {}, {}
-    for row in rows:
-        h = row.get("image_hash")
-        if h is None or h in images or h in failures:
-            continue
-        try:
-            images[h] = load_image(row["image_uri"])
-        except Exception as exc:  # an unreadable image is a row error, not a crash
-            failures[h] = f"{type(exc).__name__}: {exc}"
-    return images, failures
-
-
 def _image_problem(row: Mapping, failures: Mapping[str, str], stage: str) -> dict | None:
     """The error row of a request whose image is missing or unreadable (None when it is fine)."""
     h = row.get("image_hash")
@@ -234,8 +220,8 @@ def generate_image_batch(
     image_uri and caption. Each image is decoded once per batch; an unreadable image or a
     failing prompt is one error row, and the rest of the batch is still generated.
     """
-    rows = batch.to_pylist()
-    images, failures = _load_images(rows, load_image)
+    rows = rows_of(batch)
+    images, failures = ImageCache(load_image).load(rows)
     errors: list[dict] = []
     todo_rows, prompts = [], []
     for row in rows:
