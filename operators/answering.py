@@ -252,8 +252,15 @@ def generate_batch(
     system: str | None = None,
 ) -> tuple[pa.Table, pa.Table]:
     """Greedy generations for rows with columns key, backbone, kind (questions|dsg|claims), caption."""
-    rows = batch.to_pylist()
-    prompts = [Prompt(user=fill(templates[GENERATION_TEMPLATES[r["kind"]]], caption=r["caption"]), system=system) for r in rows]
+    rows = rows_of(batch)
+    users: list = [None] * len(rows)
+    by_kind: dict[str, list[int]] = {}
+    for i, row in enumerate(rows):
+        by_kind.setdefault(row["kind"], []).append(i)
+    for kind, where in by_kind.items():  # one template fill per kind over its captions
+        for i, user in zip(where, fill_column(templates[GENERATION_TEMPLATES[kind]], {"caption": [rows[i]["caption"] for i in where]}), strict=True):
+            users[i] = user
+    prompts = [Prompt(user=user, system=system) for user in users]
     errors: list[dict] = []
     generations = _generate(engine, prompts, rows, errors, "questions", max_new_tokens)
     return generations, _error_rows(errors, "questions")
@@ -261,14 +268,13 @@ def generate_batch(
 
 def _generate(engine: Engine, prompts: list[Prompt], rows: list[dict], errors: list[dict], stage: str, max_new_tokens: int) -> pa.Table:
     """Greedy generations for `prompts` (one per row) as GENERATIONS rows; failures go to `errors`."""
-    out = []
     prompts, rows = _drop_too_long(engine, prompts, rows, errors, stage)
-    if prompts:
-        results, ok = _call_isolated(lambda ps: engine.generate(ps, max_new_tokens), prompts, rows, errors, stage, rows[0]["backbone"])
-        for row, text, good in zip(rows, results, ok):
-            if good:
-                out.append({"key": row["key"], "backbone": row["backbone"], "kind": row["kind"], "text": text})
-    return pa.Table.from_pylist(out, schema=schema.GENERATIONS) if out else schema.GENERATIONS.empty_table()
+    if not prompts:
+        return schema.GENERATIONS.empty_table()
+    results, ok = _call_isolated(lambda ps: list(engine.generate(ps, max_new_tokens)), prompts, rows, errors, stage, rows[0]["backbone"])
+    done = [(row, text) for row, text, good in zip(rows, results, ok) if good]
+    columns = {name: [row[name] for row, _ in done] for name in ("key", "backbone", "kind")} | {"text": [text for _, text in done]}
+    return pa.table(columns, schema=schema.GENERATIONS)
 
 
 # image generation kind -> template name (the caption fills {caption}; the image is shown first)

@@ -219,3 +219,26 @@ def test_part_names_do_not_change():
     assert keys_digest(["b", "a"]) == keys_digest(["a", "b"]) == "2048fd15436876b1b96211b1"
     with pytest.raises(UnicodeEncodeError):  # keys are hex digests: anything else is a bug upstream
         keys_digest(["é"])
+
+
+def test_generation_prompts_are_filled_per_kind_as_fill_does():
+    from operators.answering import GENERATION_TEMPLATES, generate_batch
+
+    class Echo:
+        def __init__(self):
+            self.prompts = []
+
+        def generate(self, prompts, max_new_tokens):
+            self.prompts += prompts
+            return [f"out {k}" for k in range(len(prompts))]
+
+    templates = {"generate_questions": 'Caption: {caption}\nExample: ["Is there a {{x}}?"]', "generate_dsg": "DSG of {caption} {other}",
+                 "generate_claims": "Claims: {caption}!"}
+    rows = [{"key": f"g{i}", "backbone": "b", "kind": kind, "caption": caption}
+            for i, (kind, caption) in enumerate([("questions", "two {red} dogs"), ("dsg", "a cat"), ("claims", None), ("questions", "é")])]
+    engine = Echo()
+    gens, errors = generate_batch(engine, pa.Table.from_pylist(rows), templates, max_new_tokens=8, system="S")
+    assert errors.num_rows == 0
+    assert [p.user for p in engine.prompts] == [fill(templates[GENERATION_TEMPLATES[r["kind"]]], caption=r["caption"]) for r in rows]
+    assert {p.system for p in engine.prompts} == {"S"}
+    assert gens.to_pylist() == [{"key": r["key"], "backbone": "b", "kind": r["kind"], "text": f"out {k}"} for k, r in enumerate(rows)]
