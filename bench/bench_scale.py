@@ -115,7 +115,9 @@ class _TimedLoader:
 
         self.load = load
         self.lock = threading.Lock()
-        self.cpu_seconds = 0.0
+        self.main = threading.main_thread()
+        self.cpu_seconds = 0.0  # on every thread
+        self.main_cpu_seconds = 0.0  # on the engine's (main) thread: not overlapped with anything
         self.calls = 0
 
     def __call__(self, uri):
@@ -123,9 +125,12 @@ class _TimedLoader:
         try:
             return self.load(uri)
         finally:
+            import threading
+
             spent = time.thread_time() - cpu
             with self.lock:
                 self.cpu_seconds += spent
+                self.main_cpu_seconds += spent if threading.current_thread() is self.main else 0.0
                 self.calls += 1
 
     def __getattr__(self, name):
@@ -172,16 +177,20 @@ def actor_overhead(cfg, items, n_requests: int, rows_per_part: int, store_url: s
     timed = _TimedEngine(worker.engine)
     worker.engine = timed
     loader = worker.load_image = _TimedLoader(worker.load_image)
-    start, cpu = time.perf_counter(), time.process_time()
+    start, cpu, main = time.perf_counter(), time.process_time(), time.thread_time()
     for batch in calls:
         call(batch)
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    wall, cpu, main = time.perf_counter() - start, time.process_time() - cpu, time.thread_time() - main
     n = max(requests.num_rows, 1)
     own_cpu = cpu - timed.cpu_seconds
+    engine_thread = main - timed.cpu_seconds - loader.main_cpu_seconds  # prompts, answers, statuses
+    background = cpu - main - (loader.cpu_seconds - loader.main_cpu_seconds)  # part writes (PartSink's thread)
     return {"requests": requests.num_rows, "rows_per_part": rows_per_part, "calls": len(calls), "batched": batched,
             "wall_s": wall, "engine_s": timed.seconds, "overhead_us": (wall - timed.seconds) / n * 1e6,
             "cpu_overhead_us": own_cpu / n * 1e6, "image_cpu_us": loader.cpu_seconds / n * 1e6,
             "cpu_excl_images_us": (own_cpu - loader.cpu_seconds) / n * 1e6, "images_loaded": loader.calls,
+            "engine_thread_cpu_us": engine_thread / n * 1e6, "background_cpu_us": background / n * 1e6,
+            "image_cpu_on_engine_thread_us": loader.main_cpu_seconds / n * 1e6,
             "us_per_image": loader.cpu_seconds / max(loader.calls, 1) * 1e6}
 
 
@@ -305,6 +314,10 @@ def print_actor(a: dict) -> None:
         print(f"    actor CPU per request: {a['image_cpu_us']:.1f} us reading + decoding images ({a['images_loaded']:,} images, "
               f"{a['us_per_image']:.0f} us each), {a['cpu_excl_images_us']:.1f} us the rest; "
               f"{a['calls']} calls of {'Ray batches through PartWriter' if a['batched'] else 'one part'}", flush=True)
+    if "engine_thread_cpu_us" in a:
+        print(f"    by thread: engine thread {a['engine_thread_cpu_us']:.1f} us/request of its own Python (prompts, answers, statuses) "
+              f"+ {a['image_cpu_on_engine_thread_us']:.1f} us decoding images itself; other threads {a['background_cpu_us']:.1f} us "
+              f"(part writes) + {a['image_cpu_us'] - a['image_cpu_on_engine_thread_us']:.1f} us decoding ahead", flush=True)
 
 
 def print_case(c: dict) -> None:
