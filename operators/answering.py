@@ -174,31 +174,29 @@ def answer_batch(
     answered = np.zeros(n, dtype=bool)
     errors: list[dict] = []  # per micro-batch: image and request problems in row order, then too long, then engine
     backbones = _column(batch, "backbone")
-    batch_backbone = backbones[0] if backbones else None
 
     def prepare(span: range):
         return cache.load_pairs((hashes[i], uris[i]) for i in span if with_image[i])
 
     def consume(span: range, loaded) -> None:
         images, failures = loaded
-        todo, prompts, found = [], [], []
+        todo, prompts, chunk_errors = [], [], []
         for i in span:
             image = None
             if with_image[i]:
                 h = hashes[i]
                 if h is None:
-                    found.append((i, {"stage": "answers", "key": keys[i], "field": "image_hash", "reason": "missing_image", "detail": f"{kinds[i]} request without an image"}))
+                    chunk_errors.append({"stage": "answers", "key": keys[i], "field": "image_hash", "reason": "missing_image", "detail": f"{kinds[i]} request without an image"})
                     continue
                 if h in failures:
-                    found.append((i, {"stage": "answers", "key": keys[i], "source": uris[i], "field": "image_uri", "reason": "unreadable_image", "detail": failures[h]}))
+                    chunk_errors.append({"stage": "answers", "key": keys[i], "source": uris[i], "field": "image_uri", "reason": "unreadable_image", "detail": failures[h]})
                     continue
                 image = images[h]
             if i in problems:
-                found.append((i, {"stage": "answers", "key": keys[i], "field": "text", "reason": "bad_request", "detail": problems[i]}))
+                chunk_errors.append({"stage": "answers", "key": keys[i], "field": "text", "reason": "bad_request", "detail": problems[i]})
                 continue
             todo.append(i)
             prompts.append(Prompt(user=texts[i], image=image, image_id=hashes[i], system=system))
-        chunk_errors = [e for _, e in found]
         rows = [{"key": keys[i], "backbone": backbones[i] if backbones else None, "i": i} for i in todo] if _may_drop(engine) else None
         if rows is not None:
             prompts, rows = _drop_too_long(engine, prompts, rows, chunk_errors, "answers")
@@ -210,7 +208,7 @@ def answer_batch(
                     raise RuntimeError(f"engine returned an array of shape {out.shape} for {len(ps)} prompts, not ({len(ps)}, 2)")
                 return out
 
-            results, ok = _call_isolated(call, prompts, [{"key": keys[i]} for i in todo], chunk_errors, "answers", backbones[span[0]] if backbones else batch_backbone)
+            results, ok = _call_isolated(call, prompts, [{"key": keys[i]} for i in todo], chunk_errors, "answers", backbones[span[0]] if backbones else None)
             idx = np.asarray(todo, dtype=np.int64)
             if all(ok):
                 logp[idx] = np.asarray(results)[:, :2]
