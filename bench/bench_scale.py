@@ -12,13 +12,22 @@ Each case runs in a fresh driver process (its peak RSS is the driver's alone) an
 
 - wall seconds per stage (the curation's own timings), requests/s (generations + answers sent,
   over the whole run) and pairs/s;
-- the answer actor's per-request overhead excluding the engine: the actor's call run in process on
-  a slice of the night's requests, minus the time inside `engine.score_yes_no`; and the answers
-  stage's per-request cost on Ray (its wall time over the requests it sent);
+- the answer actor's per-request overhead excluding the engine: the actor run in process on a
+  slice of the night's requests, called as that checkout's pipeline calls it (here: Ray batches of
+  `compute.rows_per_batch` rows through `PartWriter`, parts written in the background; older code:
+  one call per part), minus the time inside `engine.score_yes_no`. Reported as wall and CPU
+  microseconds per request, and the CPU split into image reading + decoding (which a GPU engine
+  overlaps: the next micro-batch decodes in a thread while the engine runs) and the rest (the
+  actor's own Python: prompts, answers, statuses, part writes). Also the answers stage's
+  per-request cost on Ray (its wall time over the requests it sent);
 - driver peak RSS; parts and bytes in the answer and generation stores;
 - the rerun of the same night (manifest: nothing to do) and the same input under another
   curation name (every answer cached: the cost of the pipeline around a warm cache);
 - the missing-key check of the night's answer keys against a store holding 10x as many keys.
+
+Each checkout runs with its own default `compute.rows_per_part` (its conf/curation/default.yaml,
+else its `ComputeSpec`) unless `--rows-per-part` is given, which then applies to every checkout.
+`--actor-only` measures the answer actor alone (seconds, not minutes).
 
 The machine is shared and noisy: compare ratios measured back to back (`--baseline`), not
 absolute times across runs.
@@ -54,12 +63,26 @@ def _store_size(folder: Path) -> tuple[int, int]:
     return len(files), sum(p.stat().st_size for p in files)
 
 
+def own_rows_per_part(code: Path) -> int:
+    """A checkout's default `compute.rows_per_part` for a curation night: its
+    conf/curation/default.yaml, else its ComputeSpec default (the smoke preset these runs
+    start from sets 64, a test size)."""
+    import yaml
+
+    from pipeline.config import ComputeSpec
+
+    preset = code / "conf" / "curation" / "default.yaml"
+    compute = (yaml.safe_load(preset.read_text()) or {}).get("compute") or {} if preset.exists() else {}
+    return int(compute.get("rows_per_part") or ComputeSpec().rows_per_part)
+
+
 def _curate(root: Path, inputs: Path, name: str, rows_per_part: int, extra: list[str]):
     from pipeline.curation import load_curation_config, run_curation
 
+    part = [f"compute.rows_per_part={rows_per_part}"]
     cfg = load_curation_config(
         ["curation=smoke", f"root={root}", f"inputs=[{inputs}/]", f"name={name}", "backbones=[zero-cost]",
-         f"compute.rows_per_part={rows_per_part}", "compute.progress_bars=false", *extra]
+         *part, "compute.progress_bars=false", *extra]
     )
     start = time.perf_counter()
     result = run_curation(cfg)
@@ -75,20 +98,55 @@ class _TimedEngine:
         self.cpu_seconds = 0.0
 
     def score_yes_no(self, prompts):
-        start, cpu = time.perf_counter(), time.process_time()
+        start, cpu = time.perf_counter(), time.thread_time()  # this thread's CPU: not the part writer's meanwhile
         try:
             return self.engine.score_yes_no(prompts)
         finally:
             self.seconds += time.perf_counter() - start
-            self.cpu_seconds += time.process_time() - cpu
+            self.cpu_seconds += time.thread_time() - cpu
+
+
+class _TimedLoader:
+    """Wraps an image loader (read + decode) and adds up the CPU seconds of its calls, on
+    whichever thread they run (the prefetch and decode threads included)."""
+
+    def __init__(self, load):
+        import threading
+
+        self.load = load
+        self.lock = threading.Lock()
+        self.main = threading.main_thread()
+        self.cpu_seconds = 0.0  # on every thread
+        self.main_cpu_seconds = 0.0  # on the engine's (main) thread: not overlapped with anything
+        self.calls = 0
+
+    def __call__(self, uri):
+        cpu = time.thread_time()
+        try:
+            return self.load(uri)
+        finally:
+            import threading
+
+            spent = time.thread_time() - cpu
+            with self.lock:
+                self.cpu_seconds += spent
+                self.main_cpu_seconds += spent if threading.current_thread() is self.main else 0.0
+                self.calls += 1
 
     def __getattr__(self, name):
         return getattr(self.engine, name)
 
 
 def actor_overhead(cfg, items, n_requests: int, rows_per_part: int, store_url: str) -> dict:
-    """Per-request seconds of the answer actor's call minus its engine time, in process (no Ray)."""
+    """Per-request seconds of the answer actor minus its engine time, in process (no Ray).
+
+    The actor is called as this checkout's pipeline calls it: Ray batches of whole parts
+    through `PartWriter` (parts written in a background thread) where the code has it, else
+    one call per part. CPU is split into image loading (read + decode, on any thread) and the
+    rest; the engine's own time is left out of both.
+    """
     import polars as pl
+    import pyarrow as pa
 
     from pipeline.stages import engine_stage
     from pipeline.stages.answers import plan_answers
@@ -106,16 +164,34 @@ def actor_overhead(cfg, items, n_requests: int, rows_per_part: int, store_url: s
     )
     plan = plan_answers(items, questions, backbone, cfg.prompts, ["depict"], holistic=True)
     requests = plan.requests.slice(0, n_requests)
-    worker = engine_stage.AnswerWorker(backbone=backbone, templates=cfg.prompts.templates, store_url=store_url)
+    kwargs = {"backbone": backbone, "templates": cfg.prompts.templates, "store_url": store_url}
+    batched = hasattr(engine_stage, "PartWriter") and hasattr(engine_stage, "cut_batches")
+    if batched:  # Ray batches of whole parts, as compute_blocks sends them
+        writer = engine_stage.PartWriter(engine_stage.AnswerWorker, kwargs)
+        worker, call = writer.worker, writer
+        pool = engine_stage.ActorPool(rows_per_batch=cfg.sweep.compute.rows_per_batch, rows_per_part=rows_per_part)
+        calls = engine_stage.cut_batches(requests, pa.array([True] * requests.num_rows), pool)
+    else:  # older code: one worker call per part
+        worker = call = engine_stage.AnswerWorker(**kwargs)
+        calls = [requests.slice(offset, rows_per_part) for offset in range(0, requests.num_rows, rows_per_part)]
     timed = _TimedEngine(worker.engine)
     worker.engine = timed
-    start, cpu = time.perf_counter(), time.process_time()
-    for offset in range(0, requests.num_rows, rows_per_part):
-        worker(requests.slice(offset, rows_per_part))
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    loader = worker.load_image = _TimedLoader(worker.load_image)
+    start, cpu, main = time.perf_counter(), time.process_time(), time.thread_time()
+    for batch in calls:
+        call(batch)
+    wall, cpu, main = time.perf_counter() - start, time.process_time() - cpu, time.thread_time() - main
     n = max(requests.num_rows, 1)
-    return {"requests": requests.num_rows, "wall_s": wall, "engine_s": timed.seconds, "overhead_us": (wall - timed.seconds) / n * 1e6,
-            "cpu_overhead_us": (cpu - timed.cpu_seconds) / n * 1e6}
+    own_cpu = cpu - timed.cpu_seconds
+    engine_thread = main - timed.cpu_seconds - loader.main_cpu_seconds  # prompts, answers, statuses
+    background = cpu - main - (loader.cpu_seconds - loader.main_cpu_seconds)  # part writes (PartSink's thread)
+    return {"requests": requests.num_rows, "rows_per_part": rows_per_part, "calls": len(calls), "batched": batched,
+            "wall_s": wall, "engine_s": timed.seconds, "overhead_us": (wall - timed.seconds) / n * 1e6,
+            "cpu_overhead_us": own_cpu / n * 1e6, "image_cpu_us": loader.cpu_seconds / n * 1e6,
+            "cpu_excl_images_us": (own_cpu - loader.cpu_seconds) / n * 1e6, "images_loaded": loader.calls,
+            "engine_thread_cpu_us": engine_thread / n * 1e6, "background_cpu_us": background / n * 1e6,
+            "image_cpu_on_engine_thread_us": loader.main_cpu_seconds / n * 1e6,
+            "us_per_image": loader.cpu_seconds / max(loader.calls, 1) * 1e6}
 
 
 def missing_check(store_url: str, night_keys, factor: int, rows_per_part: int) -> dict:
@@ -168,15 +244,19 @@ def one_case(args) -> dict:
     work = Path(args.work)
     root = work / "root"
     ensure_ray(num_cpus=args.num_cpus, progress_bars=False)
+    args.rows_per_part = args.rows_per_part or own_rows_per_part(Path(args.code))
+    if args.actor_only:
+        return actor_case(args, root, work)
     # Warm-up: Ray starts its workers on the first jobs; a night pays that once, the figures below do not.
     _curate(root, Path(args.warmup), "warmup", args.rows_per_part, args.set)
     rss_before = _peak_rss_mb()
     seconds, result, cfg = _curate(root, Path(args.inputs), "night", args.rows_per_part, args.set)
     rss = _peak_rss_mb()
+    rows_per_part = args.rows_per_part
     sent = sum(r.sent for r in result.reports if r.stage in ("answers", "questions"))
     answers = result.stage("answers")
     out = {
-        "code": args.code, "pairs": result.totals()["rows_in"], "rows_per_part": args.rows_per_part,
+        "code": args.code, "pairs": result.totals()["rows_in"], "rows_per_part": rows_per_part,
         "wall_s": seconds, "stages_s": {k: v for k, v in result.timings.items() if k != "total"},
         "requests_sent": sent, "requests_per_s": sent / seconds, "pairs_per_s": result.totals()["rows_in"] / seconds,
         "answers_sent": answers.sent, "answers_stage_us_per_request": answers.seconds / max(answers.sent, 1) * 1e6,
@@ -194,13 +274,25 @@ def one_case(args) -> dict:
     out["all_cached_ratio"] = cached_s / seconds
     # the actor's own overhead, on the night's items (images already extracted)
     items = _night_items(cfg, result)
-    out["actor"] = actor_overhead(cfg, items, min(args.actor_requests, 4 * items.height), args.rows_per_part, str(work / "actor-store"))
+    out["actor"] = actor_overhead(cfg, items, min(args.actor_requests, 4 * items.height), rows_per_part, str(work / "actor-store"))
     if args.store_factor:
         from pipeline.stages.answers import answer_store
 
         keys = answer_store(cfg.sweep.store, cfg.backbones["zero-cost"]).read(["key"]).column("key").to_pylist()
-        out["missing_check"] = missing_check(str(work / "big-store"), keys[: args.missing_keys or len(keys)], args.store_factor, args.rows_per_part)
+        out["missing_check"] = missing_check(str(work / "big-store"), keys[: args.missing_keys or len(keys)], args.store_factor, rows_per_part)
     return out
+
+
+def actor_case(args, root: Path, work: Path) -> dict:
+    """`--actor-only`: the answer actor's figures alone, on the first shard's items (no curation run)."""
+    from pipeline.curation import load_curation_config
+
+    cfg = load_curation_config(["curation=smoke", f"root={root}", f"inputs=[{args.inputs}/]", "name=actor", "backbones=[zero-cost]",
+                                f"compute.rows_per_part={args.rows_per_part}", "compute.progress_bars=false", *args.set])
+    items = _night_items(cfg, None)
+    rows_per_part = args.rows_per_part
+    actor = actor_overhead(cfg, items, min(args.actor_requests, 4 * items.height), rows_per_part, str(work / "actor-store"))
+    return {"code": args.code, "pairs": items.height, "rows_per_part": rows_per_part, "actor": actor}
 
 
 def _night_items(cfg, result):
@@ -215,15 +307,30 @@ def _night_items(cfg, result):
     return items
 
 
+def print_actor(a: dict) -> None:
+    print(f"    actor in process: {a['overhead_us']:.1f} us/request excluding the engine, CPU {a.get('cpu_overhead_us', float('nan')):.1f} us "
+          f"({a['requests']:,} requests, engine {a['engine_s']:.2f} of {a['wall_s']:.2f} s)")
+    if "image_cpu_us" in a:
+        print(f"    actor CPU per request: {a['image_cpu_us']:.1f} us reading + decoding images ({a['images_loaded']:,} images, "
+              f"{a['us_per_image']:.0f} us each), {a['cpu_excl_images_us']:.1f} us the rest; "
+              f"{a['calls']} calls of {'Ray batches through PartWriter' if a['batched'] else 'one part'}", flush=True)
+    if "engine_thread_cpu_us" in a:
+        print(f"    by thread: engine thread {a['engine_thread_cpu_us']:.1f} us/request of its own Python (prompts, answers, statuses) "
+              f"+ {a['image_cpu_on_engine_thread_us']:.1f} us decoding images itself; other threads {a['background_cpu_us']:.1f} us "
+              f"(part writes) + {a['image_cpu_us'] - a['image_cpu_on_engine_thread_us']:.1f} us decoding ahead", flush=True)
+
+
 def print_case(c: dict) -> None:
+    if "wall_s" not in c:  # --actor-only
+        print(f"[{c['code']}] actor only, {c['pairs']:,} items, rows_per_part {c['rows_per_part']}:")
+        print_actor(c["actor"])
+        return
     stages = ", ".join(f"{k} {v:.1f}" for k, v in c["stages_s"].items())
-    a = c["actor"]
     print(f"[{c['code']}] {c['pairs']:,} pairs, rows_per_part {c['rows_per_part']}: {c['wall_s']:.1f} s; "
           f"{c['requests_per_s']:,.0f} requests/s ({c['requests_sent']:,} sent), {c['pairs_per_s']:,.0f} pairs/s", flush=True)
     print(f"    stages (s): {stages}")
-    print(f"    answers stage on Ray: {c['answers_stage_us_per_request']:.1f} us/request; actor in process: "
-          f"{a['overhead_us']:.1f} us/request excluding the engine, CPU {a.get('cpu_overhead_us', float('nan')):.1f} us "
-          f"({a['requests']:,} requests, engine {a['engine_s']:.2f} of {a['wall_s']:.2f} s)")
+    print(f"    answers stage on Ray: {c['answers_stage_us_per_request']:.1f} us/request")
+    print_actor(c["actor"])
     print(f"    driver peak RSS {c['driver_peak_rss_mb']:,.0f} MB (after warm-up {c['driver_rss_before_mb']:,.0f} MB); "
           f"answers {c['answer_parts']:,} parts / {c['answer_bytes'] / 1e6:.1f} MB, generations {c['generation_parts']:,} parts / {c['generation_bytes'] / 1e6:.1f} MB")
     print(f"    same night again {c['same_night_again_s']:.1f} s; all-cached rerun {c['all_cached_rerun_s']:.1f} s "
@@ -241,7 +348,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, nargs="+", default=[100_000], help="night sizes (1,000,000 is opt-in: long)")
     parser.add_argument("--per-shard", type=int, default=5000, help="pairs per shard")
-    parser.add_argument("--rows-per-part", type=int, default=256, help="compute.rows_per_part (256: today's preset)")
+    parser.add_argument("--rows-per-part", type=int, default=None, help="compute.rows_per_part for every checkout (default: each checkout's own)")
     parser.add_argument("--also-rows-per-part", type=int, default=None, help="run this checkout once more with this rows_per_part")
     parser.add_argument("--baseline", default=None, help="another checkout (e.g. /work/main): run each size on its code first")
     parser.add_argument("--store-factor", type=int, default=10, help="missing-key check against a store this many times the night (0: skip)")
@@ -249,6 +356,7 @@ def main() -> None:
     parser.add_argument("--actor-requests", type=int, default=20_000, help="requests for the in-process actor overhead")
     parser.add_argument("--num-cpus", type=int, default=None, help="local Ray CPUs (default: all)")
     parser.add_argument("--set", action="append", default=[], help="extra curation config override (key=value), repeatable")
+    parser.add_argument("--actor-only", action="store_true", help="only the answer actor's in-process figures (no curation runs)")
     parser.add_argument("--json", default=None, help="also write every case's figures to this JSON file")
     parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # child: one case
     parser.add_argument("--code", default=str(ROOT), help=argparse.SUPPRESS)
@@ -275,9 +383,11 @@ def main() -> None:
             for code, rows_per_part in runs:
                 work = base / f"work-{n}-{len(cases)}"
                 cmd = [sys.executable, __file__, "--one", "--code", code, "--work", str(work), "--inputs", str(inputs),
-                       "--warmup", str(base / "warmup"), "--rows-per-part", str(rows_per_part),
+                       "--warmup", str(base / "warmup"),
                        "--store-factor", str(args.store_factor), "--missing-keys", str(args.missing_keys),
                        "--actor-requests", str(args.actor_requests)]
+                cmd += ["--rows-per-part", str(rows_per_part)] if rows_per_part else []
+                cmd += ["--actor-only"] if args.actor_only else []
                 cmd += [f"--set={s}" for s in args.set]
                 if args.num_cpus:
                     cmd += ["--num-cpus", str(args.num_cpus)]
@@ -287,18 +397,21 @@ def main() -> None:
                 if proc.returncode or line is None:
                     print(f"[{code}] {n} pairs failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}", flush=True)
                     continue
-                case = json.loads(line[len("RESULT "):])
+                case = json.loads(line[len("RESULT "):]) | {"night_pairs": n}
                 cases.append(case)
                 print_case(case)
                 shutil.rmtree(work, ignore_errors=True)
-            here = [c for c in cases if c["pairs"] == n]
+            here = [c for c in cases if c["night_pairs"] == n]
             if args.baseline and len(here) >= 2 and here[0]["code"] == args.baseline:
                 old = here[0]
                 for new in here[1:]:
-                    print(f"    this checkout (rows_per_part {new['rows_per_part']}) / baseline at {n:,} pairs: "
-                          f"requests/s x{new['requests_per_s'] / old['requests_per_s']:.2f}, "
-                          f"driver RSS x{new['driver_peak_rss_mb'] / old['driver_peak_rss_mb']:.2f}, "
-                          f"all-cached rerun x{new['all_cached_rerun_s'] / old['all_cached_rerun_s']:.2f}", flush=True)
+                    a, b = new["actor"], old["actor"]
+                    print(f"    this checkout (rows_per_part {new['rows_per_part']}) / baseline (rows_per_part {old['rows_per_part']}) at {n:,} pairs: "
+                          f"actor overhead x{a['overhead_us'] / b['overhead_us']:.2f} wall, x{a['cpu_overhead_us'] / b['cpu_overhead_us']:.2f} CPU", flush=True)
+                    if "wall_s" in new and "wall_s" in old:
+                        print(f"        requests/s x{new['requests_per_s'] / old['requests_per_s']:.2f}, "
+                              f"driver RSS x{new['driver_peak_rss_mb'] / old['driver_peak_rss_mb']:.2f}, "
+                              f"all-cached rerun x{new['all_cached_rerun_s'] / old['all_cached_rerun_s']:.2f}", flush=True)
             shutil.rmtree(inputs, ignore_errors=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)

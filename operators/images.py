@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 
 import fsspec
 from PIL import Image, ImageOps
@@ -24,8 +25,17 @@ class ImageError(Exception):
 
 
 def _read(uri: str) -> bytes:
-    with fsspec.open(uri, "rb") as f:
+    path = _local_path(uri)
+    with open(path, "rb") if path is not None else fsspec.open(uri, "rb") as f:
         return f.read()
+
+
+def _local_path(uri: str) -> str | None:
+    """The path of a plain local path (read with `open`: fsspec's URL parsing costs ~30 us per
+    image, three times the read itself); None for a URL, which fsspec opens."""
+    if "://" in uri or "::" in uri:
+        return None
+    return os.path.expanduser(uri) if uri.startswith("~") else uri
 
 
 def read_image_bytes(uri: str) -> bytes:

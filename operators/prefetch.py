@@ -107,11 +107,14 @@ class ImageCache:
         self.failures: dict[str, str] = {}
 
     def load(self, rows: Iterable[Mapping]) -> tuple[dict, dict]:
+        return self.load_pairs((row.get("image_hash"), row.get("image_uri")) for row in rows)
+
+    def load_pairs(self, pairs: Iterable[tuple[str | None, str | None]]) -> tuple[dict, dict]:
+        """`load` for (image_hash, image_uri) pairs (columns, no row dicts); a None hash is skipped."""
         wanted: dict[str, str] = {}
-        for row in rows:
-            h = row.get("image_hash")
+        for h, uri in pairs:
             if h is not None and h not in self.images and h not in self.failures and h not in wanted:
-                wanted[h] = row["image_uri"]
+                wanted[h] = uri
         uris = list(wanted.values())
         outcomes = []
         if uris:

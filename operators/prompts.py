@@ -36,3 +36,37 @@ def _parsed(template: str) -> tuple[tuple[str, ...], frozenset[str]]:
     few templates thousands of times)."""
     pieces = tuple(_PLACEHOLDER.split(template))
     return pieces, frozenset(pieces[1::2])
+
+
+def fill_column(template: str, values: dict[str, list]) -> list[str]:
+    """`fill(template, **row)` for every row of equal-length value lists, in one pass.
+
+    The template becomes a format string once (its literal braces escaped), so each row costs
+    one `str.format` instead of a regex walk; the text equals `fill`'s byte for byte, `None`
+    included (both write `str(value)`). Raises KeyError for a missing placeholder, as `fill`.
+    """
+    pieces, names = _parsed(template)
+    missing = {name for name in names if name not in values} & {"caption", "question", "claim"}
+    if missing:
+        raise KeyError(f"template needs {sorted(missing)} but got {sorted(values)}")
+    fmt, order = _format_string(pieces, frozenset(values))
+    if not order:
+        return [fmt.format()] * len(next(iter(values.values()), []))
+    if len(order) == 1:
+        return list(map(fmt.format, values[order[0]]))
+    return [fmt.format(*row) for row in zip(*(values[name] for name in order), strict=True)]
+
+
+@functools.lru_cache(maxsize=256)
+def _format_string(pieces: tuple[str, ...], given: frozenset[str]) -> tuple[str, tuple[str, ...]]:
+    """A positional format string for `pieces`: given names become `{0}`, `{1}`, ... and the
+    others stay literal `{name}` (as `fill` leaves them)."""
+    out, order = [], []
+    for k, piece in enumerate(pieces):
+        if k % 2 == 0 or piece not in given:
+            literal = piece if k % 2 == 0 else "{" + piece + "}"
+            out.append(literal.replace("{", "{{").replace("}", "}}"))
+        else:
+            out.append("{" + str(len(order)) + "}")
+            order.append(piece)
+    return "".join(out), tuple(order)
