@@ -287,7 +287,9 @@ PART = "_part"  # column of a Ray batch: which stored part each row belongs to (
 
 def cut_batches(requests: pa.Table, missing: pa.Array, pool: ActorPool) -> list[pa.Table]:
     """The batches a stage sends: parts cut from the FULL request list, filtered to the missing
-    keys, then consecutive parts joined into batches of at least `pool.rows_per_batch` rows.
+    keys, then consecutive parts joined into batches of at least `pool.rows_per_batch` rows,
+    or fewer when that would leave workers of the pool idle (every worker gets a batch while
+    there are at least as many parts as workers).
 
     Parts are cut before filtering, so a resumed run writes exactly the parts the
     interrupted run had not finished, with the same composition (even batch-dependent
@@ -302,9 +304,10 @@ def cut_batches(requests: pa.Table, missing: pa.Array, pool: ActorPool) -> list[
     if todo.num_rows == 0:
         return []
     # Batch boundaries fall only between parts: close a batch at the first part end past the target.
+    target = min(pool.rows_per_batch, math.ceil(todo.num_rows / max(pool.size, 1)))
     batches, begin = [], 0
     for end in _part_ends(todo):
-        if end - begin >= pool.rows_per_batch or end == todo.num_rows:
+        if end - begin >= target or end == todo.num_rows:
             batches.append(todo.slice(begin, end - begin))
             begin = end
     return batches
