@@ -2,9 +2,9 @@
 
 Scoring ten pairs from a notebook should not start a Ray cluster, spawn actors and load
 the model in each of them. Inside `running_locally(executor)` the DAG's map stages
-(`run_engine_stage`, image hashing) call `executor.map_batches` instead of Ray Data: the
-same worker classes and functions, the same batches, the same stored parts and markers,
-one batch after another in this process. The executor keeps its workers, and every
+(`run_and_read`, image hashing) call `executor.map_batches` instead of Ray Data: the
+same worker classes and functions, the same batches, the same stored parts and markers, the
+same results (each key's status and stored row), one batch after another in this process. The executor keeps its workers, and every
 worker of one backbone shares one loaded engine, so a `Scorer` loads its model once and
 reuses it across calls.
 """

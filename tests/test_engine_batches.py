@@ -81,6 +81,17 @@ def test_batches_hold_whole_parts_cut_from_the_full_request_list(seed):
     assert cut_batches(reqs, pc.invert(pa.array([True] * reqs.num_rows)), ActorPool(rows_per_batch=35, rows_per_part=10)) == []
 
 
+def test_batches_are_spread_over_the_pool_when_there_are_fewer_rows_than_a_batch_per_worker():
+    """Before: 100 rows for 4 workers made one 4,096-row batch: one worker busy, three idle."""
+    reqs = requests(100)
+    every = pa.array([True] * 100)
+    sizes = [b.num_rows for b in cut_batches(reqs, every, ActorPool(size=4, rows_per_batch=4096, rows_per_part=10))]
+    assert sizes == [30, 30, 30, 10]  # whole parts, at least one batch per worker
+    assert [b.num_rows for b in cut_batches(reqs, every, ActorPool(size=1, rows_per_batch=4096, rows_per_part=10))] == [100]
+    assert [b.num_rows for b in cut_batches(reqs, every, ActorPool(size=64, rows_per_batch=4096, rows_per_part=10))] == [10] * 10
+    assert [b.num_rows for b in cut_batches(reqs, every, ActorPool(size=2, rows_per_batch=20, rows_per_part=10))] == [20] * 5
+
+
 def test_big_batches_store_the_same_parts_as_one_batch_per_part(tmp_path):
     reqs = requests(130)
     small = run(str(tmp_path / "small"), reqs, ActorPool(rows_per_batch=10))  # today's: a batch is a part

@@ -12,7 +12,7 @@ import pytest
 from operators import schema
 from operators.answering import answer_batch, generate_batch
 from operators.engines.spec import BackboneSpec
-from pipeline.stages.engine_stage import ActorPool, AnswerWorker, GenerationWorker, run_engine_stage
+from pipeline.stages.engine_stage import ActorPool, AnswerWorker, GenerationWorker, run_and_read, run_engine_stage
 from pipeline.store import PartStore
 
 pytestmark = pytest.mark.slow  # starts Ray actors and builds the tiny model
@@ -39,7 +39,8 @@ def test_a_request_that_kills_its_worker_is_isolated_to_one_error_row(ray_sessio
     requests = caption_requests(40, poison=21)
     backbone = scripted(crash_on="POISON", crash_how="kill")  # SIGKILL, as the OOM killer sends
     store = PartStore(str(tmp_path / "answers" / "s"), schema.ANSWERS)
-    report = run_engine_stage(
+    rows, report = run_and_read(
+        columns=["key", "logp_yes", "logp_no"],
         stage="answers", unit="s", requests=requests, store=store, worker_cls=AnswerWorker,
         worker_kwargs={"backbone": backbone, "templates": TEMPLATES, "store_url": store.url},
         pool=ActorPool(size=1, num_cpus=0.5, rows_per_batch=8),
@@ -50,6 +51,9 @@ def test_a_request_that_kills_its_worker_is_isolated_to_one_error_row(ray_sessio
     assert "died" in error["detail"].lower() or "exit" in error["detail"].lower()
     # every other request was answered and stored
     assert sorted(store.keys().to_pylist()) == [f"k{i:03d}" for i in range(40) if i != 21]
+    # the rows come back from the actors (main pass and isolation alike) exactly as stored, none read back
+    assert "neither computed nor failed" not in caplog.text
+    assert sorted(rows.to_pylist(), key=lambda r: r["key"]) == sorted(store.read(["key", "logp_yes", "logp_no"]).to_pylist(), key=lambda r: r["key"])
     # the healthy batches went through the actor pool; only those on the dying worker were redone
     assert "the actor pool stopped" not in caplog.text
     (lost,) = [r.getMessage() for r in caplog.records if "lost their worker" in r.getMessage()]

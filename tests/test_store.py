@@ -148,28 +148,3 @@ def test_on_s3_a_truncated_part_is_quarantined_and_verify_sees_it(moto_s3):
     assert len(gc("s3://cache/store")) == 1
     (report,) = verify("s3://cache/store")
     assert not report.quarantined
-
-
-def test_every_needed_key_is_read_back_or_the_stage_stops(tmp_path, monkeypatch):
-    """A part that vanishes between the stage's check and the read is computed once more; a
-    key that cannot be found even then stops the run instead of becoming a null score."""
-    from pipeline.stages import engine_stage
-    from pipeline.stages.engine_stage import ActorPool, run_and_read
-
-    store = PartStore(str(tmp_path), schema.ANSWERS)
-    store.write(answers(["a", "b"]))
-    requests = pa.table({"key": ["a", "b"]})
-    kwargs = {"stage": "answers", "unit": "b", "requests": requests, "store": store, "worker_cls": None, "worker_kwargs": {}, "pool": ActorPool()}
-    real = engine_stage._needed_rows
-    calls = []
-
-    def first_read_loses_everything(store, requests, columns):
-        calls.append(requests.num_rows)
-        return real(store, requests, columns).slice(0, 0) if len(calls) == 1 else real(store, requests, columns)
-
-    monkeypatch.setattr(engine_stage, "_needed_rows", first_read_loses_everything)
-    stored, report = run_and_read(columns=["key", "logp_yes"], **kwargs)
-    assert sorted(stored.column("key").to_pylist()) == ["a", "b"] and len(calls) == 2
-    monkeypatch.setattr(engine_stage, "_needed_rows", lambda store, requests, columns: real(store, requests, columns).slice(0, 0))
-    with pytest.raises(RuntimeError, match="2 needed keys are still missing"):
-        run_and_read(**kwargs)

@@ -1,12 +1,14 @@
-"""Run model work (answers, generations) as a Ray Data actor-pool stage that writes parts.
+"""Run model work (answers, generations, detections, views) as a Ray Data actor-pool stage.
 
-The driver computes which keys are missing from the store (anti-join); Ray Data streams the
-missing rows through a pool of actors that each load the engine once, in batches of
-thousands of rows (Ray's fixed cost per batch is ~16-19 ms). A batch is made of whole
-parts (`rows_per_part`, cut from the full request list); the actor stores each part
-completely, in a background thread while it computes the next, before the batch's status
-comes back, so a run killed at any moment keeps every finished part and the rerun asks only
-for the rest.
+The driver reads the stored rows of the needed keys once (`PartStore.read(keys=...)`); the
+keys that read did not return are missing (the anti-join). Ray Data streams the missing rows
+through a pool of actors that each load the engine once, in batches of thousands of rows
+(Ray's fixed cost per batch is ~16-19 ms). A batch is made of whole parts (`rows_per_part`,
+cut from the full request list); the actor stores each part completely, in a background
+thread while it computes the next, and only then returns each key's status together with
+the row it stored. The stage's result is the stored rows plus the returned ones: nothing the
+actors just wrote is read back, and a run killed at any moment keeps every finished part and
+the rerun asks only for the rest.
 
 Nothing the store holds is taken on trust: every needed key is checked against it (markers
 are only notes), and a request that kills its worker is isolated and recorded as an error
@@ -117,7 +119,45 @@ def engine_pool(backbone: BackboneSpec, compute: ComputeSpec) -> ActorPool:
     )
 
 
-def run_engine_stage(
+def run_engine_stage(**stage_kwargs) -> StageReport:
+    """Compute every key of `requests` that `store` lacks; returns counts and error rows
+    (`run_and_read` for callers that need no rows: the keys alone are read and returned)."""
+    return run_and_read(columns=["key"], **stage_kwargs)[1]
+
+
+def run_and_read(*, columns: list[str] | None = None, **stage_kwargs) -> tuple[pa.Table, StageReport]:
+    """Compute what the store lacks and return `columns` of every needed key: the rows stored
+    before this run (one keyed read of the store) plus the rows the actors computed now
+    (returned with their statuses, never read back).
+
+    Each needed key is either returned or has an error row in the report. A key that comes
+    back neither way (a worker that stored it without returning it, or did neither) is read
+    and computed once more; if it is still missing, this raises rather than let a score
+    silently turn null. A part that cannot be read is quarantined by the store's read, so its
+    keys are computed again (`report.quarantined` lists it).
+    """
+    requests: pa.Table = stage_kwargs["requests"]
+    rows, report = _read_and_compute(columns, **stage_kwargs)
+    gap = _unaccounted(requests, rows, report)
+    if gap:
+        log.warning("%s/%s: %d needed keys came back neither computed nor failed; reading and computing them again", report.stage, report.unit, len(gap))
+        lost = requests.filter(pc.is_in(requests.column("key"), value_set=pa.array(sorted(gap), pa.string())))
+        more, again = _read_and_compute(columns, **(stage_kwargs | {"requests": lost}))
+        rows = pa.concat_tables([rows, more])
+        report.sent += again.sent
+        report.failed += again.failed
+        report.errors = pa.concat_tables([report.errors, again.errors])
+        report.seconds += again.seconds
+        report.quarantined += [q for q in again.quarantined if q not in report.quarantined]
+        gap = _unaccounted(requests, rows, report)
+        if gap:
+            store: PartStore = stage_kwargs["store"]
+            raise RuntimeError(f"{report.stage}/{report.unit}: {len(gap)} needed keys are still missing from {store.url} after computing them again, e.g. {sorted(gap)[:3]}")
+    return rows, report
+
+
+def _read_and_compute(
+    columns: list[str] | None,
     *,
     stage: str,
     unit: str,
@@ -126,21 +166,24 @@ def run_engine_stage(
     worker_cls,
     worker_kwargs: dict,
     pool: ActorPool,
-) -> StageReport:
-    """Compute every key of `requests` that `store` lacks; returns counts and error rows.
+) -> tuple[pa.Table, StageReport]:
+    """One pass: read the stored rows of the needed keys, compute the rest, return both.
 
-    What to compute is decided by the anti-join alone (`store.missing`): a success marker
-    from an earlier run of the same unit is only checked against it, and removed if keys
-    have gone missing since (a deleted or quarantined part), so the stage heals the store.
+    What to compute is decided by that read alone (the anti-join): a success marker from an
+    earlier run of the same unit is only checked against it, and removed if keys have gone
+    missing since (a deleted or quarantined part), so the stage heals the store.
     """
     start = time.perf_counter()
     report = StageReport(stage=stage, unit=unit, needed=requests.num_rows)
+    row_schema = stored_row_schema(store, columns)
     if requests.num_rows == 0:
-        return report
+        return row_schema.empty_table(), report
+    keys = requests.column("key")
     markers = Markers(f"{store.url}/{MARKERS}")
-    unit_marker = f"{stage}-{keys_digest(requests.column('key').to_pylist())}"
+    unit_marker = f"{stage}-{keys_digest(keys.to_pylist())}"
     marked = markers.done(unit_marker)
-    missing = store.missing(requests.column("key"))
+    stored = store.read(row_schema.names, keys=keys).select(row_schema.names).cast(row_schema)  # the stage's one read
+    missing = pc.invert(pc.is_in(keys, value_set=stored.column("key").combine_chunks()))
     blocks = cut_batches(requests, missing, pool)
     n_todo = sum(b.num_rows for b in blocks)
     report.cached = requests.num_rows - n_todo
@@ -153,15 +196,16 @@ def run_engine_stage(
         log.info("%s/%s: all %d keys cached%s", stage, unit, report.needed, " (finished before)" if marked else "")
         if not marked:
             markers.mark(unit_marker, report.as_row() | {"finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-        return report
+        return stored, report
 
     log.info("%s/%s: %d needed, %d cached, %d to compute", stage, unit, report.needed, report.cached, n_todo)
     local = executor.current()
     if local is not None:  # in-process (pipeline.executor): the same workers and batches, no Ray
-        statuses = local.map_batches(blocks, PartWriter, {"worker_cls": worker_cls, "worker_kwargs": worker_kwargs})
-        status = pa.concat_tables(statuses) if statuses else STATUS.empty_table()
+        results = local.map_batches(blocks, PartWriter, {"worker_cls": worker_cls, "worker_kwargs": worker_kwargs, "row_schema": row_schema})
+        results = pa.concat_tables(results) if results else result_schema(row_schema).empty_table()
     else:
-        status = compute_blocks(blocks, worker_cls, worker_kwargs, pool, stage=stage)
+        results = compute_blocks(blocks, worker_cls, worker_kwargs, pool, stage=stage, row_schema=row_schema)
+    status, computed = split_results(results, row_schema)
     report.sent = status.num_rows
     bad = status.filter(pc.invert(status.column("ok")))
     report.failed = bad.num_rows
@@ -169,7 +213,73 @@ def run_engine_stage(
     report.seconds = time.perf_counter() - start
     if report.failed == 0:
         markers.mark(unit_marker, report.as_row() | {"finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-    return report
+    return pa.concat_tables([stored, computed]), report
+
+
+def _unaccounted(requests: pa.Table, rows: pa.Table, report: StageReport) -> set[str]:
+    """Needed keys that are neither in `rows` nor error rows of `report`."""
+    keys = requests.column("key")
+    gap = keys.filter(pc.invert(pc.or_(pc.is_in(keys, value_set=rows.column("key").combine_chunks()),
+                                       pc.is_in(keys, value_set=report.errors.column("key").combine_chunks()))))
+    return set(gap.to_pylist())
+
+
+# -- what a worker call returns: each key's status and the row it stored -----------------------
+
+ROW = "row"  # column of a worker result: the row stored for an ok key (null on error rows)
+
+
+def stored_row_schema(store: PartStore, columns: list[str] | None) -> pa.Schema:
+    """The store's fields a stage returns per key (`columns`, key first; None: all)."""
+    wanted = list(columns) if columns else list(store.schema.names)
+    if "key" not in wanted:
+        wanted = ["key", *wanted]
+    return pa.schema([store.schema.field(c) for c in wanted])
+
+
+def result_schema(row_schema: pa.Schema | None) -> pa.Schema:
+    """A worker call's result: STATUS, plus (when rows are asked for) the stored row per key."""
+    return STATUS if row_schema is None else STATUS.append(pa.field(ROW, pa.struct(list(row_schema))))
+
+
+def with_rows(status: pa.Table, written: list[pa.Table], row_schema: pa.Schema) -> pa.Table:
+    """`status` plus each ok key's row taken from the tables the worker stored (vectorised: a
+    lookup of each key in the written keys). A key with an error, or that was not written,
+    gets a null row."""
+    row_type = pa.struct(list(row_schema))
+    ok = status.column("ok").combine_chunks()
+    if written and status.num_rows:
+        table = pa.concat_tables([_as_stored(t, row_schema) for t in written]).combine_chunks()
+        where = pc.index_in(status.column("key").combine_chunks(), value_set=table.column("key").combine_chunks())
+        where = pc.if_else(ok, where, pa.scalar(None, where.type))
+        fields = pa.StructArray.from_arrays([table.column(f.name).combine_chunks() for f in row_schema], fields=list(row_schema))
+        rows = fields.take(where)
+    else:
+        rows = pa.nulls(status.num_rows, row_type)
+    return status.append_column(pa.field(ROW, row_type), rows)
+
+
+def _as_stored(table: pa.Table, row_schema: pa.Schema) -> pa.Table:
+    """A written table as the store keeps it (`PartStore.write`): a column added to the schema
+    later may be missing (null), the rest cast to the stored types."""
+    columns = []
+    for f in row_schema:
+        if f.name in table.column_names:
+            columns.append(table.column(f.name).cast(f.type))
+        elif schema.added_later(f):
+            columns.append(pa.nulls(table.num_rows, f.type))
+        else:
+            raise ValueError(f"a worker stored a part without the {f.name!r} column")
+    return pa.Table.from_arrays(columns, schema=row_schema)
+
+
+def split_results(results: pa.Table, row_schema: pa.Schema) -> tuple[pa.Table, pa.Table]:
+    """Worker results -> (STATUS rows, the returned rows of `row_schema`)."""
+    status = results.select(STATUS.names)
+    returned = results.filter(pc.is_valid(results.column(ROW))).column(ROW)
+    if returned.num_chunks == 0 or len(returned) == 0:
+        return status, row_schema.empty_table()
+    return status, pa.Table.from_struct_array(returned).cast(row_schema)
 
 
 PART = "_part"  # column of a Ray batch: which stored part each row belongs to (dropped by PartWriter)
@@ -177,7 +287,9 @@ PART = "_part"  # column of a Ray batch: which stored part each row belongs to (
 
 def cut_batches(requests: pa.Table, missing: pa.Array, pool: ActorPool) -> list[pa.Table]:
     """The batches a stage sends: parts cut from the FULL request list, filtered to the missing
-    keys, then consecutive parts joined into batches of at least `pool.rows_per_batch` rows.
+    keys, then consecutive parts joined into batches of at least `pool.rows_per_batch` rows,
+    or fewer when that would leave workers of the pool idle (every worker gets a batch while
+    there are at least as many parts as workers).
 
     Parts are cut before filtering, so a resumed run writes exactly the parts the
     interrupted run had not finished, with the same composition (even batch-dependent
@@ -192,9 +304,10 @@ def cut_batches(requests: pa.Table, missing: pa.Array, pool: ActorPool) -> list[
     if todo.num_rows == 0:
         return []
     # Batch boundaries fall only between parts: close a batch at the first part end past the target.
+    target = min(pool.rows_per_batch, math.ceil(todo.num_rows / max(pool.size, 1)))
     batches, begin = [], 0
     for end in _part_ends(todo):
-        if end - begin >= pool.rows_per_batch or end == todo.num_rows:
+        if end - begin >= target or end == todo.num_rows:
             batches.append(todo.slice(begin, end - begin))
             begin = end
     return batches
@@ -211,16 +324,20 @@ class PartWriter:
     """Wraps a stage worker: one worker call (and one stored part) per part of a Ray batch.
 
     A worker that writes through a `PartSink` (`worker.parts`) writes in the background
-    while it computes the next part; every write is finished before the statuses are
-    returned, so a key reported here is always in a complete part.
+    while it computes the next part; every write is finished before the result is returned,
+    so a key reported here is always in a complete part. With `row_schema`, the result also
+    carries each ok key's stored row (`with_rows`), taken from what the sink wrote: the
+    driver needs no read-back.
     """
 
-    def __init__(self, worker_cls, worker_kwargs: dict):
+    def __init__(self, worker_cls, worker_kwargs: dict, row_schema: pa.Schema | None = None):
         self.worker = worker_cls(**worker_kwargs)
+        self.row_schema = row_schema
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         sink = getattr(self.worker, "parts", None)
-        with sink.deferred() if isinstance(sink, PartSink) else contextlib.nullcontext():
+        sink = sink if isinstance(sink, PartSink) else None
+        with sink.deferred() if sink is not None else contextlib.nullcontext():
             if PART not in batch.column_names:
                 statuses = [self.worker(batch)]
             else:
@@ -228,7 +345,13 @@ class PartWriter:
                 cuts = [0, *_part_ends(batch)]
                 statuses = [self.worker(body.slice(a, b - a)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
         # leaving `deferred()` waited for every part: the statuses below are all stored
-        return pa.concat_tables(statuses) if statuses else STATUS.empty_table()
+        status = pa.concat_tables(statuses) if statuses else STATUS.empty_table()
+        if self.row_schema is None:
+            return status
+        written = sink.written if sink is not None else []  # a worker without a sink returns no rows
+        if sink is not None:
+            sink.written = []
+        return with_rows(status, written, self.row_schema)
 
 
 class PartSink:
@@ -236,11 +359,13 @@ class PartSink:
     the next part's model work overlaps this part's encoding and upload.
 
     Leaving `deferred()` waits for every write and raises the first failure, so a caller
-    never reports a key whose part is not complete.
+    never reports a key whose part is not complete. The tables written inside the block stay
+    in `written` (until the next block) for the caller to return.
     """
 
     def __init__(self, store: PartStore):
         self.store = store
+        self.written: list[pa.Table] = []
         self._pool: ThreadPoolExecutor | None = None
         self._pending: list = []
 
@@ -248,11 +373,13 @@ class PartSink:
         if self._pool is None:
             self.store.write(table)
         else:
+            self.written.append(table)
             self._pending.append(self._pool.submit(self.store.write, table))
 
     @contextlib.contextmanager
     def deferred(self):
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="part-writer")
+        self.written = []
         try:
             yield self
         finally:
@@ -260,45 +387,6 @@ class PartSink:
             pool.shutdown(wait=True)
             for future in pending:
                 future.result()  # raises the first failed write
-
-
-def run_and_read(*, columns: list[str] | None = None, **stage_kwargs) -> tuple[pa.Table, StageReport]:
-    """Run an engine stage, then read back every needed key it stored (`columns` of each).
-
-    The read is checked too: a needed key that is neither stored nor an error row (its part
-    vanished or went bad between the stage's check and this read) is computed once more;
-    if it is still missing, this raises rather than let a score silently turn null.
-    """
-    requests: pa.Table = stage_kwargs["requests"]
-    store: PartStore = stage_kwargs["store"]
-    report = run_engine_stage(**stage_kwargs)
-    for attempt in range(2):
-        stored = _needed_rows(store, requests, columns)
-        gap = _unaccounted(requests, stored, report)
-        report.quarantined = list(store.quarantined)
-        if not gap:
-            return stored, report
-        if attempt == 0:
-            log.warning("%s/%s: %d needed keys vanished from %s after the stage; computing them again", report.stage, report.unit, len(gap), store.url)
-            lost = requests.filter(pc.is_in(requests.column("key"), value_set=pa.array(sorted(gap), pa.string())))
-            again = run_engine_stage(**(stage_kwargs | {"requests": lost}))
-            report.sent += again.sent
-            report.failed += again.failed
-            report.errors = pa.concat_tables([report.errors, again.errors])
-            report.seconds += again.seconds
-    raise RuntimeError(f"{report.stage}/{report.unit}: {len(gap)} needed keys are still missing from {store.url} after computing them again, e.g. {sorted(gap)[:3]}")
-
-
-def _needed_rows(store: PartStore, requests: pa.Table, columns: list[str] | None) -> pa.Table:
-    """The stored rows of the needed keys, reading only the parts that can hold them."""
-    return store.read(columns, keys=requests.column("key"))
-
-
-def _unaccounted(requests: pa.Table, stored: pa.Table, report: StageReport) -> set[str]:
-    keys = requests.column("key")
-    gap = keys.filter(pc.invert(pc.or_(pc.is_in(keys, value_set=stored.column("key").combine_chunks()),
-                                       pc.is_in(keys, value_set=report.errors.column("key").combine_chunks()))))
-    return set(gap.to_pylist())
 
 
 # -- running batches on actors, with poison-request isolation ------------------------------------
@@ -313,8 +401,9 @@ MAX_ACTOR_RESTARTS = 4
 MAX_POISON_REQUESTS = 16
 
 
-def compute_blocks(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool: ActorPool, *, stage: str) -> pa.Table:
-    """Run every block through a pool of `worker_cls` actors; returns one STATUS row per key.
+def compute_blocks(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool: ActorPool, *, stage: str, row_schema: pa.Schema | None = None) -> pa.Table:
+    """Run every block through a pool of `worker_cls` actors; returns one result row per key
+    (`result_schema(row_schema)`: its status, and its stored row when `row_schema` is given).
 
     Main pass: Ray Data streams the blocks through the actor pool. A block whose actor died
     (OOM, segfault, CUDA error, os._exit) is not retried there; its keys come back without a
@@ -327,7 +416,7 @@ def compute_blocks(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool
         warnings.simplefilter("ignore", DeprecationWarning)
         dataset = ray.data.from_arrow(blocks).map_batches(
             PartWriter,
-            fn_constructor_kwargs={"worker_cls": worker_cls, "worker_kwargs": worker_kwargs},
+            fn_constructor_kwargs={"worker_cls": worker_cls, "worker_kwargs": worker_kwargs, "row_schema": row_schema},
             batch_size=None,  # one block = one worker call, one stored part per part in it
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=pool.size),
@@ -350,15 +439,15 @@ def compute_blocks(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool
     failed = [b for b in failed if b.num_rows]
     if failed:
         log.warning("%s: %d batches (%d requests) lost their worker; isolating the cause", stage, len(failed), sum(b.num_rows for b in failed))
-        statuses.append(isolate_failures(failed, worker_cls, worker_kwargs, pool, stage=stage))
-    return pa.concat_tables(statuses) if statuses else STATUS.empty_table()
+        statuses.append(isolate_failures(failed, worker_cls, worker_kwargs, pool, stage=stage, row_schema=row_schema))
+    return pa.concat_tables(statuses) if statuses else result_schema(row_schema).empty_table()
 
 
 class _Host:
     """A plain Ray actor around a stage worker, for isolating failures one batch at a time."""
 
-    def __init__(self, worker_cls, worker_kwargs: dict):
-        self.worker = PartWriter(worker_cls, worker_kwargs)
+    def __init__(self, worker_cls, worker_kwargs: dict, row_schema: pa.Schema | None = None):
+        self.worker = PartWriter(worker_cls, worker_kwargs, row_schema)
 
     def ready(self) -> bool:
         return True
@@ -367,7 +456,10 @@ class _Host:
         return self.worker(batch)
 
 
-def isolate_failures(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool: ActorPool, *, stage: str, max_poison: int = MAX_POISON_REQUESTS) -> pa.Table:
+def isolate_failures(
+    blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool: ActorPool, *, stage: str,
+    max_poison: int = MAX_POISON_REQUESTS, row_schema: pa.Schema | None = None,
+) -> pa.Table:
     """Rerun batches whose worker died, halving each that dies again, down to single requests.
 
     A single request that still kills its worker becomes an error row with the reason Ray
@@ -384,10 +476,10 @@ def isolate_failures(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, po
     while queue:
         block = queue.pop(0)
         if deaths >= max_deaths:
-            statuses.append(_died(block, stage, f"not retried: workers died {deaths} times while isolating failures in this stage"))
+            statuses.append(_died(block, stage, f"not retried: workers died {deaths} times while isolating failures in this stage", row_schema))
             continue
         if actor is None:
-            actor = _start(remote, worker_cls, worker_kwargs, stage)
+            actor = _start(remote, worker_cls, worker_kwargs, stage, row_schema=row_schema)
         try:
             statuses.append(ray.get(actor.run.remote(block)))
         except RayActorError as exc:
@@ -396,13 +488,13 @@ def isolate_failures(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, po
             reason = _death_reason(exc)
             if block.num_rows == 1:
                 log.warning("%s: request %s kills its worker (%s); recorded as an error row", stage, block.column("key")[0], reason)
-                statuses.append(_died(block, stage, reason))
+                statuses.append(_died(block, stage, reason, row_schema))
             else:
                 half = block.num_rows // 2
                 queue[:0] = [block.slice(0, half), block.slice(half)]
     if actor is not None:
         ray.kill(actor)
-    return pa.concat_tables(statuses) if statuses else STATUS.empty_table()
+    return pa.concat_tables(statuses) if statuses else result_schema(row_schema).empty_table()
 
 
 def _memory(pool: ActorPool) -> dict:
@@ -410,14 +502,14 @@ def _memory(pool: ActorPool) -> dict:
     return {"memory": int(pool.memory_gb * 2**30)} if pool.memory_gb else {}
 
 
-def _start(remote, worker_cls, worker_kwargs: dict, stage: str, attempts: int = 3):
+def _start(remote, worker_cls, worker_kwargs: dict, stage: str, attempts: int = 3, row_schema: pa.Schema | None = None):
     """A fresh worker, ready to take a batch; a worker that fails to start `attempts` times
     in a row is a broken stage (bad model path, no GPU), not a poison request: that raises."""
     import ray
     from ray.exceptions import RayActorError
 
     for attempt in range(1, attempts + 1):
-        actor = remote.remote(worker_cls, worker_kwargs)
+        actor = remote.remote(worker_cls, worker_kwargs, row_schema)
         try:
             ray.get(actor.ready.remote())
             return actor
@@ -440,9 +532,9 @@ def _death_reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {text}"[:2000]
 
 
-def _died(block: pa.Table, stage: str, detail: str) -> pa.Table:
+def _died(block: pa.Table, stage: str, detail: str, row_schema: pa.Schema | None = None) -> pa.Table:
     n = block.num_rows
-    return pa.table(
+    status = pa.table(
         {
             "key": block.column("key"),
             "ok": pa.repeat(pa.scalar(False), n),
@@ -454,6 +546,7 @@ def _died(block: pa.Table, stage: str, detail: str) -> pa.Table:
         },
         schema=STATUS,
     )
+    return status if row_schema is None else with_rows(status, [], row_schema)
 
 
 class AnswerWorker:

@@ -37,7 +37,7 @@ from operators.views import MASKED_VIEWS, VIEW_IMAGES, VIEWS, ControlRules, cont
 from pipeline import store as st
 from pipeline.config import GROUNDING_METRICS, DetectorSpec, EvidenceSpec, ResolvedConfig, SelectSpec, needs_grounding
 from pipeline.stages.answers import AnswerPlan, key_spec, run_answers
-from pipeline.stages.engine_stage import ActorPool, StageReport, run_and_read, status_table
+from pipeline.stages.engine_stage import ActorPool, PartSink, StageReport, run_and_read, status_table
 from pipeline.stages.scores import metric_inputs
 from pipeline.store import PartStore
 
@@ -201,7 +201,7 @@ def run_grounding(requests: pa.Table, detector: DetectorSpec, store_url: str, co
         store=store,
         worker_cls=GroundingWorker,
         worker_kwargs={"detector": detector, "store_url": store.url},
-        pool=ActorPool(size=detector.replicas, num_gpus=gpus, num_cpus=compute.cpus_per_engine, rows_per_batch=compute.rows_per_part),
+        pool=ActorPool(size=detector.replicas, num_gpus=gpus, num_cpus=compute.cpus_per_engine, rows_per_batch=compute.rows_per_batch, rows_per_part=compute.rows_per_part),
     )
     return {r["key"]: Detections.from_row(r) for r in pl.from_arrow(stored).iter_rows(named=True)}, report
 
@@ -216,6 +216,7 @@ class GroundingWorker:
 
         self.spec = detector
         self.store = PartStore(store_url, DETECTIONS)
+        self.parts = PartSink(self.store)  # background part writes; the rows go back with the statuses
         self.detector = GroundingDetector(
             detector.model_id,
             revision=detector.revision,
@@ -242,9 +243,9 @@ class GroundingWorker:
                 todo.append(row)
         found = self._detect(todo, images, errors)
         stored = [d.row(key=r["key"], detector=self.spec.name, image_hash=r["image_hash"], phrase=r["phrase"]) for r, d in found]
-        self.store.write(pa.Table.from_pylist(stored, schema=DETECTIONS) if stored else DETECTIONS.empty_table())
+        self.parts.write(pa.Table.from_pylist(stored, schema=DETECTIONS) if stored else DETECTIONS.empty_table())
         error_table = schema.conform(pa.Table.from_pylist(errors), schema.ERRORS) if errors else schema.ERRORS.empty_table()
-        return status_table(batch.column("key").to_pylist(), error_table)
+        return status_table(batch.column("key"), error_table)
 
     def _detect(self, rows: list[dict], images: dict, errors: list[dict]) -> list[tuple[dict, Detections]]:
         """The whole batch at once; if that fails, one query at a time so only bad ones fail."""
@@ -368,6 +369,7 @@ class ViewWorker:
 
         self.store_url = store_url
         self.store = PartStore(views_url, VIEW_IMAGES)
+        self.parts = PartSink(self.store)  # background part writes; the rows go back with the statuses
         self.load_image = lambda uri: decode_image(read_image_bytes(uri), uri)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
@@ -390,9 +392,9 @@ class ViewWorker:
                 out.append({"key": row["key"], "source_hash": h, "view": row["view"], "image_hash": digest, "image_uri": uri, "width": pixels.shape[1], "height": pixels.shape[0]})
             except Exception as exc:  # one bad source image fails its views only
                 errors.append({"stage": "views", "key": row["key"], "source": row["image_uri"], "field": "image_uri", "reason": "view_failed", "detail": f"{type(exc).__name__}: {exc}"[:2000]})
-        self.store.write(pa.Table.from_pylist(out, schema=VIEW_IMAGES) if out else VIEW_IMAGES.empty_table())
+        self.parts.write(pa.Table.from_pylist(out, schema=VIEW_IMAGES) if out else VIEW_IMAGES.empty_table())
         error_table = schema.conform(pa.Table.from_pylist(errors), schema.ERRORS) if errors else schema.ERRORS.empty_table()
-        return status_table(batch.column("key").to_pylist(), error_table)
+        return status_table(batch.column("key"), error_table)
 
 
 def view_image_url(store_url: str, digest: str) -> str:
@@ -410,7 +412,7 @@ def run_views(requests: pa.Table, store_url: str, compute, workers: int, unit: s
         store=store,
         worker_cls=ViewWorker,
         worker_kwargs={"store_url": store_url, "views_url": store.url},
-        pool=ActorPool(size=workers, num_gpus=0.0, num_cpus=1.0, rows_per_batch=compute.rows_per_part),
+        pool=ActorPool(size=workers, num_gpus=0.0, num_cpus=1.0, rows_per_batch=compute.rows_per_batch, rows_per_part=compute.rows_per_part),
     )
     return pl.from_arrow(rendered), report
 

@@ -20,7 +20,7 @@ from operators.hashing import content_key
 from operators.judge import JudgeError, parse_judgement
 from pipeline import store as st
 from pipeline.config import JUDGE_METRICS, ComputeSpec, PromptSet
-from pipeline.stages.engine_stage import StageReport, engine_pool, run_and_read, status_table
+from pipeline.stages.engine_stage import PartSink, StageReport, engine_pool, run_and_read, status_table
 from pipeline.store import PartStore
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,7 @@ class JudgeWorker:
         self.templates = templates
         self.max_new_tokens = max_new_tokens
         self.store = PartStore(store_url, schema.GENERATIONS)
+        self.parts = PartSink(self.store)  # background part writes; the rows go back with the statuses
         self.engine = load_engine(backbone)
         self.load_image = lambda uri: decode_image(read_image_bytes(uri), uri)
 
@@ -86,8 +87,8 @@ class JudgeWorker:
         generations, errors = generate_image_batch(
             self.engine, batch, self.templates, self.load_image, max_new_tokens=self.max_new_tokens, system=self.backbone.system_prompt
         )
-        self.store.write(generations)
-        return status_table(batch.column("key").to_pylist(), errors)
+        self.parts.write(generations)
+        return status_table(batch.column("key"), errors)
 
 
 def judge_rows(plan: pl.DataFrame, generations: pl.DataFrame, failed: dict[str, str], backbone: str) -> tuple[pl.DataFrame, list[dict]]:
