@@ -153,13 +153,15 @@ def answer_batch(
     *,
     system: str | None = None,
     micro_batch: int | None = None,
+    cache: ImageCache | None = None,
 ) -> tuple[pa.Table, pa.Table]:
     """Answer a batch of requests (operators.schema.REQUESTS rows).
 
     Returns (answers, errors): answers has operators.schema.ANSWERS rows for every request
     that was answered; every other request has exactly one row in errors. The engine is
     called per micro-batch (`micro_batch` rows, default operators.prefetch.micro_batch_size)
-    while the next micro-batch's images decode in the background.
+    while the next micro-batch's images decode in the background. `cache` may hold images
+    decoded ahead (`prefetch_images`, run by the caller while the engine works on the batch before).
 
     Columnar: prompt texts are filled per kind over whole columns, answers land in numpy
     arrays and leave as one Arrow table; Python objects are made per request only for what
@@ -219,10 +221,21 @@ def answer_batch(
             answered[idx] = True
         errors.extend(chunk_errors)
 
-    cache = ImageCache(load_image)
+    cache = cache if cache is not None else ImageCache(load_image)
     size = micro_batch_size(engine, micro_batch)
     pipelined([range(a, min(a + size, n)) for a in range(0, n, size)], prepare, consume)
     return _answers_table(batch, answered, logp), _error_rows(errors, "answers")
+
+
+def prefetch_images(batch: pa.Table, load_image: ImageLoader) -> ImageCache:
+    """The decoded images of a batch's image requests, ready for `answer_batch(..., cache=)`:
+    a worker decodes the next part's images with this while the engine answers this part."""
+    n = batch.num_rows
+    kinds = _column(batch, "kind")
+    hashes, uris = _column(batch, "image_hash") or [None] * n, _column(batch, "image_uri") or [None] * n
+    cache = ImageCache(load_image)
+    cache.load_pairs((hashes[i], uris[i]) for i in range(n) if kinds[i] != "caption")
+    return cache
 
 
 def _may_drop(engine: Engine) -> bool:

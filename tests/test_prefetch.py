@@ -122,3 +122,34 @@ def test_slow_images_decode_in_threads_and_fast_ones_inline():
     assert sum(name.startswith("decode") for name in images.values()) == 4
     images, _ = ImageCache(lambda uri: threading.current_thread().name, threads=4).load(rows)
     assert set(images.values()) == {threading.current_thread().name}  # cheap images: no hand-off
+
+
+def test_the_next_parts_images_decode_while_the_engine_answers_this_part(tmp_path):
+    """Parts smaller than a micro-batch (the default 256-row parts): the answer worker's next
+    part is decoded in the background by PartWriter, so the engine never waits between parts."""
+    from types import SimpleNamespace
+
+    from pipeline.stages.engine_stage import PART, AnswerWorker, PartSink, PartWriter
+    from pipeline.store import PartStore
+
+    n = 4
+    requests = batch(n, 4).slice(0, 4 * n)  # one image per part, four requests each
+    requests = requests.append_column(PART, pa.array([i // 4 for i in range(4 * n)], pa.int32()))
+    decoded = []
+    worker = AnswerWorker.__new__(AnswerWorker)  # the real worker's methods around a slow engine and loader
+    worker.engine, worker.templates, worker.backbone = SlowEngine(ENGINE_S), TEMPLATES, SimpleNamespace(system_prompt=None)
+    worker.store = PartStore(str(tmp_path / "answers"), schema.ANSWERS)
+    worker.parts, worker.load_image = PartSink(worker.store), slow_loader(decoded)
+    writer = PartWriter.__new__(PartWriter)
+    writer.worker, writer.row_schema = worker, None
+
+    start = time.perf_counter()
+    status = writer(requests)
+    wall = time.perf_counter() - start
+    overlapped, serial = DECODE_S + n * ENGINE_S, n * (DECODE_S + ENGINE_S)
+    assert wall < overlapped + 0.5 * DECODE_S * (n - 1), (wall, overlapped, serial)
+    assert worker.engine.calls == [4] * n  # one engine call per part
+    assert all(name.startswith("prefetch") for _, name in decoded)  # never on the engine's thread
+    assert sorted(u for u, _ in decoded) == [f"/img/{i}" for i in range(n)]
+    assert status.column("ok").to_pylist() == [True] * (4 * n)
+    assert sorted(worker.store.keys().to_pylist()) == sorted(requests.column("key").to_pylist())

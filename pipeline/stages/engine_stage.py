@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 from operators import schema
 from operators.engines.spec import BackboneSpec
 from operators.hashing import keys_digest
+from operators.prefetch import pipelined
 from pipeline import executor
 from pipeline.config import ComputeSpec
 from pipeline.store import MARKERS, Markers, PartStore
@@ -323,6 +324,11 @@ def _part_ends(table: pa.Table) -> list[int]:
 class PartWriter:
     """Wraps a stage worker: one worker call (and one stored part) per part of a Ray batch.
 
+    A worker with a `prepare(part)` method (the answer worker: it decodes the part's images)
+    is called as `worker(part, prepare(part))`, and the next part is prepared in a background
+    thread while the current one computes, so the engine does not wait on image decoding
+    between parts.
+
     A worker that writes through a `PartSink` (`worker.parts`) writes in the background
     while it computes the next part; every write is finished before the result is returned,
     so a key reported here is always in a complete part. With `row_schema`, the result also
@@ -339,11 +345,17 @@ class PartWriter:
         sink = sink if isinstance(sink, PartSink) else None
         with sink.deferred() if sink is not None else contextlib.nullcontext():
             if PART not in batch.column_names:
-                statuses = [self.worker(batch)]
+                parts = [batch]
             else:
                 body = batch.drop_columns([PART])
                 cuts = [0, *_part_ends(batch)]
-                statuses = [self.worker(body.slice(a, b - a)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+                parts = [body.slice(a, b - a) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+            prepare = getattr(self.worker, "prepare", None)
+            if prepare is None:
+                statuses = [self.worker(part) for part in parts]
+            else:  # the next part's inputs (decoded images) are prepared while this part computes
+                statuses = []
+                pipelined(parts, prepare, lambda part, ready: statuses.append(self.worker(part, ready)))
         # leaving `deferred()` waited for every part: the statuses below are all stored
         status = pa.concat_tables(statuses) if statuses else STATUS.empty_table()
         if self.row_schema is None:
@@ -563,10 +575,16 @@ class AnswerWorker:
         self.engine = load_engine(backbone)
         self.load_image = lambda uri: decode_image(read_image_bytes(uri), uri)
 
-    def __call__(self, batch: pa.Table) -> pa.Table:
+    def prepare(self, batch: pa.Table):
+        """Decode a part's images ahead of its call (PartWriter overlaps it with the engine)."""
+        from operators.answering import prefetch_images
+
+        return prefetch_images(batch, self.load_image)
+
+    def __call__(self, batch: pa.Table, images=None) -> pa.Table:
         from operators.answering import answer_batch
 
-        answers, errors = answer_batch(self.engine, batch, self.templates, self.load_image, system=self.backbone.system_prompt)
+        answers, errors = answer_batch(self.engine, batch, self.templates, self.load_image, system=self.backbone.system_prompt, cache=images)
         self.parts.write(answers)
         return status_table(batch.column("key"), errors)
 
