@@ -34,8 +34,10 @@ import json
 import logging
 import posixpath
 import re
+import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -63,6 +65,7 @@ READ_THREADS = 16
 COMPACTED = re.compile(r"^part-k(?P<bucket>[0-9a-fx]{0,2})-n(?P<rows>\d+)-[0-9a-f]+\.parquet$")
 COMPACT_TARGET_ROWS = 1_048_576  # rows per compacted part at most
 COMPACT_SMALL_ROWS = 65_536  # compacted parts below this are merged again
+INDEX_CACHE_BYTES = 256 << 20  # parsed key indexes a process keeps (8 bytes a stored key: 32M keys)
 
 
 class BadPart(Exception):
@@ -108,8 +111,10 @@ def _write_local(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
 
 
 def table_to_parquet_bytes(table: pa.Table, row_group_rows: int | None = None) -> bytes:
+    """Parquet bytes; with `row_group_rows` (compacted parts: many small row groups) without
+    column statistics, which readers never use and which would bloat the footer."""
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd", row_group_size=row_group_rows)
+    pq.write_table(table, sink, compression="zstd", row_group_size=row_group_rows, write_statistics=row_group_rows is None)
     return sink.getvalue().to_pybytes()
 
 
@@ -167,14 +172,15 @@ class PartStore:
         """The complete parts stored now (temporary files of local writers never match)."""
         return self._listing()[0]
 
-    def _listing(self) -> tuple[list[str], set[str]]:
-        """(the parts stored now, the parts among them that have a key index), one listing."""
+    def _listing(self) -> tuple[list[str], dict[str, tuple]]:
+        """(the parts stored now, {part with a key index: that index file's version}), one listing."""
         self.fs.invalidate_cache(self.path)
         pattern = posixpath.join(self.path, "part-*")
-        found = retrying(f"list {self.url}", lambda: self.fs.glob(pattern))
+        found = retrying(f"list {self.url}", lambda: self.fs.glob(pattern, detail=True))
         parts = sorted(p for p in found if fnmatch.fnmatchcase(posixpath.basename(p), PART_GLOB))
-        indexes = {p[: -len(SUFFIX)] for p in found if p.endswith(SUFFIX)}
-        return parts, indexes & set(parts)
+        listed = set(parts)
+        indexes = {p[: -len(SUFFIX)]: _version(info) for p, info in found.items() if p.endswith(SUFFIX)}
+        return parts, {p: v for p, v in indexes.items() if p in listed}
 
     def read(self, columns: list[str] | None = None, *, keys: pa.Array | Iterable[str] | None = None) -> pa.Table:
         """Stored rows (one per key: a key written twice by racing runs is kept once); with
@@ -199,14 +205,14 @@ class PartStore:
             return self.schema.empty_table().select(wanted)
         return _first_per_key(pa.concat_tables(tables))
 
-    def _lookup(self, window: pa.Array, wanted: list[str], paths: list[str], indexed: set[str]) -> list[pa.Table]:
+    def _lookup(self, window: pa.Array, wanted: list[str], paths: list[str], indexed: dict[str, tuple]) -> list[pa.Table]:
         """The rows of `paths` whose key is in `window` (unique keys)."""
         prefixes = window_prefixes(window) if indexed else None
         done: list[pa.Table] = []
 
         def one(path):
             if path in indexed:
-                found = self._read_indexed(path, window, prefixes, wanted)
+                found = self._read_indexed(path, indexed[path], window, prefixes, wanted)
                 if found is not _UNINDEXED:
                     return found, True
             return self._read_or_quarantine(path, wanted), False
@@ -266,22 +272,33 @@ class PartStore:
         return table
 
     # -- the key index of compacted parts (pipeline.key_index) -----------------------------
-    def _index(self, path: str) -> KeyIndex:
-        """The key index of a compacted part; raises BadIndex, FileNotFoundError."""
+    def _index(self, path: str, version: tuple | None = None) -> KeyIndex:
+        """The key index of a compacted part; raises BadIndex, FileNotFoundError. With the
+        index file's `version` (size, mtime or ETag) from a listing, a copy this process
+        parsed before is used (`_INDEXES`): a driver reading window after window against one
+        store fetches each index once."""
+        cached = _INDEXES.get(self._cache_key(path, version)) if version is not None else None
+        if cached is not None:
+            return cached
         name = posixpath.basename(path)
         data = retrying(f"read {path}{SUFFIX}", lambda: self.fs.cat_file(path + SUFFIX))
         index = KeyIndex.from_bytes(data, name)
         found = COMPACTED.match(name)
         if found is not None and int(found["rows"]) != index.num_rows:
             raise BadIndex(f"{index.num_rows} keys for a part of {found['rows']} rows")
+        if version is not None:
+            _INDEXES.put(self._cache_key(path, version), index)
         return index
 
-    def _read_indexed(self, path: str, window: pa.Array, prefixes: np.ndarray, wanted: list[str]):
+    def _cache_key(self, path: str, version: tuple | None) -> tuple:
+        return (self._full(path), version)
+
+    def _read_indexed(self, path: str, version: tuple, window: pa.Array, prefixes: np.ndarray, wanted: list[str]):
         """The rows of an indexed part whose key is in `window`, reading the index and only the
         row groups with candidates; `_UNINDEXED` when the index cannot be used (the caller then
         reads the whole part), None when the part is bad or gone (its keys are missing)."""
         try:
-            index = self._index(path)
+            index = self._index(path, version)
         except FileNotFoundError:  # removed since the listing (compaction, quarantine)
             return _UNINDEXED
         except BadIndex as bad:
@@ -293,6 +310,7 @@ class PartStore:
         try:
             table = self._read_rows(path, index, rows, candidates, wanted)
         except BadIndex as bad:
+            _INDEXES.drop(self._cache_key(path, version))
             self.quarantine_index(path, str(bad))
             return _UNINDEXED
         except FileNotFoundError:
@@ -480,7 +498,7 @@ class PartStore:
             overlapping = [p for b, paths in kept.items() if b.startswith(bucket) or bucket.startswith(b) for p in paths]
             if overlapping:  # keys a kept compacted part already holds stay only there
                 window = pc.unique(rows.column("key"))
-                held = [t.column("key") for t in self._lookup(window, ["key"], overlapping, indexed & set(overlapping))]
+                held = [t.column("key") for t in self._lookup(window, ["key"], overlapping, {p: indexed[p] for p in overlapping if p in indexed})]
                 if held:
                     held = pa.chunked_array([c for k in held for c in k.chunks], pa.string()).combine_chunks()
                     rows = rows.filter(pc.invert(pc.is_in(rows.column("key"), value_set=held)))
@@ -510,7 +528,7 @@ class PartStore:
         log.info("%s: compacted %d parts into %d (%d rows, %d duplicate rows dropped)", self.url, len(read), summary["parts_out"], summary["rows"], summary["dropped_duplicates"])
         return summary
 
-    def _index_kept(self, kept: list[str], indexed: set[str]) -> int:
+    def _index_kept(self, kept: list[str], indexed: dict[str, tuple]) -> int:
         """Write the missing key indexes of kept compacted parts (older code, or a compaction
         killed between a part and its index); returns how many were written."""
         written = 0
@@ -592,6 +610,44 @@ def _matching(tables: Iterable[pa.Table], window: pa.Array) -> list[pa.Table]:
 
 
 _UNINDEXED = object()  # _read_indexed: the index cannot be used, read the part whole
+
+
+def _version(info: dict) -> tuple:
+    """What tells one version of a file from another in a listing: size and mtime or ETag."""
+    return (info.get("size"), info.get("mtime") or info.get("ETag") or info.get("LastModified") or info.get("created"))
+
+
+class _IndexCache:
+    """Parsed key indexes by (file, version), least recently used dropped beyond `max_bytes`."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes, self.nbytes = max_bytes, 0
+        self._items: OrderedDict[tuple, KeyIndex] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> KeyIndex | None:
+        with self._lock:
+            index = self._items.get(key)
+            if index is not None:
+                self._items.move_to_end(key)
+            return index
+
+    def put(self, key: tuple, index: KeyIndex) -> None:
+        with self._lock:
+            if key in self._items or index.nbytes > self.max_bytes:
+                return
+            self._items[key] = index
+            self.nbytes += index.nbytes
+            while self.nbytes > self.max_bytes:
+                self.nbytes -= self._items.popitem(last=False)[1].nbytes
+
+    def drop(self, key: tuple) -> None:
+        with self._lock:
+            index = self._items.pop(key, None)
+            self.nbytes -= index.nbytes if index is not None else 0
+
+
+_INDEXES = _IndexCache(INDEX_CACHE_BYTES)
 
 
 def _row_group_rows(meta: pq.FileMetaData) -> int | None:

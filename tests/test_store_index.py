@@ -144,6 +144,20 @@ def test_a_keyed_read_fetches_only_the_row_groups_that_hold_hits(tmp_path, monke
     assert ("cat", Path(part).name) not in seen  # never the whole part
 
 
+def test_window_after_window_fetches_each_index_once_until_it_changes(tmp_path, monkeypatch):
+    keys = [content_key("w", i) for i in range(2000)]
+    store = compacted_store(tmp_path / "s", keys, small_rows=2000)
+    (part,) = store.part_paths()
+    seen = spy(store, monkeypatch)
+    check(store, keys[:50] + [content_key("new", 1)])
+    assert sum(how == "cat" and name.endswith(SUFFIX) for how, name in seen) == 1
+    assert store.missing(keys[50:100]).to_pylist() == [False] * 50  # another window: the same index, not fetched again
+    assert sum(how == "cat" and name.endswith(SUFFIX) for how, name in seen) == 1
+    corrupt(Path(part + SUFFIX), "rows shifted", keys)  # rewritten: a new version, fetched and found wrong
+    check(store, keys[:50] + [content_key("new", 1)])
+    assert sum(how == "cat" and name.endswith(SUFFIX) for how, name in seen) == 2 and store.quarantined_indexes
+
+
 def test_the_ranged_read_path_of_object_stores(monkeypatch):
     """memory:// stands in for S3: not local, so compacted parts are read through fs.open."""
     import fsspec
