@@ -116,15 +116,10 @@ class KeyIndex:
 
     def candidates(self, window: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(rows, prefixes) of this part whose prefix is one of `window`'s (uint64, sorted and
-        unique: `window_prefixes`), rows ascending. Candidates only: the caller confirms keys."""
-        lo = np.searchsorted(self.prefixes, window, side="left")
-        hi = np.searchsorted(self.prefixes, window, side="right")
-        counts = hi - lo
-        total = int(counts.sum())
-        if not total:
+        unique: `Window.prefixes`), rows ascending. Candidates only: the caller confirms keys."""
+        positions = _runs(self.prefixes, window)
+        if not positions.size:
             return np.zeros(0, np.int64), np.zeros(0, np.uint64)
-        starts = np.repeat(lo - (np.cumsum(counts) - counts), counts)
-        positions = starts + np.arange(total)
         rows = positions if self.rows is None else self.rows[positions].astype(np.int64)
         prefixes = self.prefixes[positions]
         order = np.argsort(rows, kind="stable")
@@ -175,6 +170,30 @@ class KeyIndex:
         return bool(np.array_equal(ra, rb) and np.array_equal(pa_, pb))
 
 
-def window_prefixes(keys: pa.Array) -> np.ndarray:
-    """The prefixes of a window's keys, deduplicated."""
-    return np.unique(key_prefixes(pc.unique(keys)))
+def _runs(sorted_values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Positions in `sorted_values` of every element equal to one of `wanted` (sorted, unique)."""
+    lo = np.searchsorted(sorted_values, wanted, side="left")
+    hi = np.searchsorted(sorted_values, wanted, side="right")
+    counts = hi - lo
+    total = int(counts.sum())
+    if not total:
+        return np.zeros(0, np.int64)
+    return np.repeat(lo - (np.cumsum(counts) - counts), counts) + np.arange(total)
+
+
+class Window:
+    """The keys looked up in one read, with their prefixes sorted for searching indexes."""
+
+    def __init__(self, keys: pa.Array):
+        self.keys = pc.unique(keys)
+        prefixes = key_prefixes(self.keys)
+        self._order = np.argsort(prefixes, kind="stable")
+        self._sorted = prefixes[self._order]
+        keep = np.concatenate(([True], self._sorted[1:] != self._sorted[:-1])) if prefixes.size else np.zeros(0, bool)
+        self.prefixes = self._sorted[keep]  # sorted, unique: what `KeyIndex.candidates` takes
+
+    def keys_with(self, prefixes: np.ndarray) -> pa.Array:
+        """The window's keys whose prefix is one of `prefixes`: the few a part's candidates are
+        checked against, rather than hashing the whole window once per part."""
+        wanted = np.unique(prefixes)
+        return self.keys.take(pa.array(self._order[_runs(self._sorted, wanted)]))

@@ -14,13 +14,16 @@ checks drop fsspec's cached directory listings first, since other processes (ans
 actors, a concurrent run) add parts behind this process's back.
 
 Finding keys reads no more than it must. `compact` (under the store folder's lease) merges
-the small parts the workers write into big ones, sorted by key and bucketed by the key's
-first two characters (`part-k<bucket>-n<rows>-<digest>.parquet`); a check of which keys are
-stored (`missing`) or a read of given keys (`read(keys=...)`) opens only the compacted parts
-whose bucket holds one of the keys, plus the parts not compacted yet, and keeps only the
-matching rows: the driver never holds a whole store. Compaction writes the merged part
-before it removes the small ones, so every key stays readable throughout (readers drop a
-key seen twice, `_first_per_key`), and after it each key is stored once.
+the small parts the workers write into big ones, sorted by key, bucketed by the key's first
+characters (`part-k<bucket>-n<rows>-<digest>.parquet`), in row groups of `ROW_GROUP_ROWS`, each
+followed by its key index (`<part>.keyidx`, `pipeline.key_index`: sorted 64-bit key prefixes).
+A check of which keys are stored (`missing`) or a read of given keys (`read(keys=...)`) takes
+the compacted parts whose bucket can hold one of the keys, searches their indexes, and reads
+only the row groups holding a candidate (ranged reads on object stores), confirming each by
+its full key; parts not compacted yet, or without an index, are read whole and filtered. The
+driver never holds a whole store. Compaction writes the merged part and its index before it
+removes the small ones, so every key stays readable throughout (readers drop a key seen twice,
+`_first_per_key`), and after it each key is stored once.
 
 The store checks itself: a part that cannot be parsed (truncated, overwritten by hand, wrong
 columns) is logged with its path and moved aside to `<store>/_quarantine/` (never deleted),
@@ -49,7 +52,7 @@ import pyarrow.parquet as pq
 
 from operators import schema as schema_mod
 from operators.hashing import keys_digest
-from pipeline.key_index import ROW_GROUP_ROWS, SUFFIX, BadIndex, KeyIndex, key_prefixes, window_prefixes
+from pipeline.key_index import ROW_GROUP_ROWS, SUFFIX, BadIndex, KeyIndex, Window, key_prefixes
 from pipeline.storage import retrying
 
 log = logging.getLogger(__name__)
@@ -207,12 +210,12 @@ class PartStore:
 
     def _lookup(self, window: pa.Array, wanted: list[str], paths: list[str], indexed: dict[str, tuple]) -> list[pa.Table]:
         """The rows of `paths` whose key is in `window` (unique keys)."""
-        prefixes = window_prefixes(window) if indexed else None
+        searched = Window(window) if indexed else None
         done: list[pa.Table] = []
 
         def one(path):
             if path in indexed:
-                found = self._read_indexed(path, indexed[path], window, prefixes, wanted)
+                found = self._read_indexed(path, indexed[path], searched, wanted)
                 if found is not _UNINDEXED:
                     return found, True
             return self._read_or_quarantine(path, wanted), False
@@ -293,7 +296,7 @@ class PartStore:
     def _cache_key(self, path: str, version: tuple | None) -> tuple:
         return (self._full(path), version)
 
-    def _read_indexed(self, path: str, version: tuple, window: pa.Array, prefixes: np.ndarray, wanted: list[str]):
+    def _read_indexed(self, path: str, version: tuple, window: Window, wanted: list[str]):
         """The rows of an indexed part whose key is in `window`, reading the index and only the
         row groups with candidates; `_UNINDEXED` when the index cannot be used (the caller then
         reads the whole part), None when the part is bad or gone (its keys are missing)."""
@@ -304,7 +307,7 @@ class PartStore:
         except BadIndex as bad:
             self.quarantine_index(path, str(bad))
             return _UNINDEXED
-        rows, candidates = index.candidates(prefixes)
+        rows, candidates = index.candidates(window.prefixes)
         if not rows.size:
             return None
         try:
@@ -319,7 +322,7 @@ class PartStore:
         except BadPart as bad:
             self.quarantine(path, bad.reason)
             return None
-        return table.filter(pc.is_in(table.column("key"), value_set=window))  # the full keys decide
+        return table.filter(pc.is_in(table.column("key"), value_set=window.keys_with(candidates)))  # full keys decide
 
     def _read_rows(self, path: str, index: KeyIndex, rows: np.ndarray, candidates: np.ndarray, wanted: list[str]) -> pa.Table:
         """Rows `rows` of a part, fetching only their row groups (ranged reads on object
@@ -332,10 +335,11 @@ class PartStore:
                 try:
                     part = pq.ParquetFile(f, pre_buffer=True)
                     meta = part.metadata
-                    if meta.num_rows != index.num_rows or _row_group_rows(meta) not in (size, None) or int(groups[-1]) >= meta.num_row_groups:
+                    if not _layout_agrees(meta, index.num_rows, size):
                         raise BadIndex(f"index of {index.num_rows} rows in groups of {size}, part of {meta.num_rows} rows in {meta.num_row_groups} groups")
                     present = set(part.schema_arrow.names)
-                    return part.read_row_groups(groups.tolist(), columns=[c for c in wanted if c in present])
+                    # no threads of its own: parts are read in parallel already (READ_THREADS)
+                    return part.read_row_groups(groups.tolist(), columns=[c for c in wanted if c in present], use_threads=False)
                 except (pa.ArrowException, ValueError, KeyError, TypeError) as exc:  # OSError: retried or raised as is
                     raise BadPart(path, f"{type(exc).__name__}: {exc}"[:500]) from exc
 
@@ -658,6 +662,15 @@ def _row_group_rows(meta: pq.FileMetaData) -> int | None:
     if len(sizes) == 1 or (len(set(sizes[:-1])) == 1 and sizes[-1] <= sizes[0]):
         return max(sizes[0], 1)
     return None
+
+
+def _layout_agrees(meta: pq.FileMetaData, rows: int, size: int) -> bool:
+    """Whether a part has `rows` rows in groups of `size` (the last may be shorter), checked on
+    the first and last group only: a shifted row anywhere else shows in the prefix check."""
+    groups = meta.num_row_groups
+    if meta.num_rows != rows or groups != -(-rows // size):
+        return False
+    return rows == 0 or (meta.row_group(0).num_rows == min(size, rows) and meta.row_group(groups - 1).num_rows == rows - (groups - 1) * size)
 
 
 def _as_array(keys) -> pa.Array:

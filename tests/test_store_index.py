@@ -16,7 +16,7 @@ import pipeline.store as store_mod
 from operators import schema
 from operators.hashing import content_key
 from pipeline import store_admin
-from pipeline.key_index import SUFFIX, BadIndex, KeyIndex, key_prefixes, window_prefixes
+from pipeline.key_index import SUFFIX, BadIndex, KeyIndex, Window, key_prefixes
 from pipeline.store import COMPACTED, PartStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "jobs"))
@@ -104,8 +104,10 @@ def test_an_index_round_trips_and_refuses_what_is_not_its_parts():
         KeyIndex.from_bytes(data, "part-k-n500-y.parquet")
     odd = KeyIndex.build("p", pa.array(sorted(["k2", "k1", *keys[:5]])), 64)
     assert odd.rows is not None  # hashed keys are out of key order: rows are stored
-    rows, _ = odd.candidates(window_prefixes(pa.array(["k2", keys[3], "nope"])))
+    window = Window(pa.array(["k2", keys[3], "nope", keys[3]]))
+    rows, prefixes = odd.candidates(window.prefixes)
     assert sorted(np.asarray(sorted(["k2", "k1", *keys[:5]]))[rows].tolist()) == sorted(["k2", keys[3]])
+    assert sorted(window.keys_with(prefixes).to_pylist()) == sorted(["k2", keys[3]])
 
 
 # -- reads -------------------------------------------------------------------------------------
