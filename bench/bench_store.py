@@ -15,10 +15,11 @@ writes each compacted part's key index). Then three windows of `--window` keys a
 - half stored, one night: half the window from the latest night, half new (an all-cached rerun
   of a night next to new work).
 
-For each: seconds of `missing(window)` and of `read(["key", "logp_yes", "logp_no"], keys=window)`
-(best of two calls), bytes the process read for each (/proc/self/io rchar: the bytes an object
-store would serve; files are in the page cache here, so seconds are CPU and parsing), and the
-reading process's peak RSS. Every case runs in a fresh process, with this checkout's code and,
+For each: seconds of `missing(window)` and of `read(["key", "logp_yes", "logp_no"], keys=window)`,
+cold (the process reads the key indexes) and warm (a second window call: indexes parsed before,
+as for a driver reading window after window), bytes the process read for each (/proc/self/io
+rchar: the bytes an object store would serve; files are in the page cache here, so seconds
+are CPU and parsing), and the reading process's peak RSS. Every case runs in a fresh process, with this checkout's code and,
 with --compare, another checkout's code on the same store (back to back). Ratios 10M/1M show how
 the cost grows with the store: flat is close to 1.
 """
@@ -111,19 +112,28 @@ def measure(root: str, kind: str, size: int, night: int, n: int) -> dict:
 
     keys, stored_n = window(kind, size, night, n)
     store = PartStore(root, schema.ANSWERS)
+    store.missing(_keys(5, 10))  # imports and lazy initialisation, outside the timings
     out = {}
     for what, call in (("check", lambda: store.missing(keys)), ("read", lambda: store.read(["key", "logp_yes", "logp_no"], keys=keys))):
-        times, read_bytes = [], None
-        for _ in range(2):
+        for when in ("cold", "warm"):  # cold: this process reads the indexes; warm: it parsed them before
+            if when == "cold":
+                _clear_index_cache()
             io, start = _rchar(), time.perf_counter()
             result = call()
-            times.append(time.perf_counter() - start)
-            read_bytes = read_bytes if read_bytes is not None else _rchar() - io
-        found = n - int(result.to_numpy(zero_copy_only=False).sum()) if what == "check" else result.num_rows
-        assert found == stored_n, f"{what}: {found} keys found stored, {stored_n} are"
-        out[f"{what}_s"], out[f"{what}_bytes"] = min(times), read_bytes
+            out[f"{what}_{when}_s"], out[f"{what}_{when}_bytes"] = time.perf_counter() - start, _rchar() - io
+            found = n - int(result.to_numpy(zero_copy_only=False).sum()) if what == "check" else result.num_rows
+            assert found == stored_n, f"{what}: {found} keys found stored, {stored_n} are"
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
+
+
+def _clear_index_cache() -> None:
+    """Forget parsed key indexes (code without them has nothing to forget)."""
+    import pipeline.store as store_mod
+
+    cache = getattr(store_mod, "_INDEXES", None)
+    if cache is not None:
+        store_mod._INDEXES = type(cache)(cache.max_bytes)
 
 
 def _child(code: Path, *args) -> dict:
@@ -164,8 +174,9 @@ def main() -> None:
             for kind in WINDOWS:
                 for label, code in codes.items():
                     m = results[(size, kind, label)] = _child(code, "measure", root, kind, size, args.night, args.window)
-                    print(f"  {kind:15s} {label:8s} check {m['check_s']:6.2f} s {m['check_bytes'] / 1e6:8.1f} MB | "
-                          f"keyed read {m['read_s']:6.2f} s {m['read_bytes'] / 1e6:8.1f} MB | peak RSS {m['peak_rss_mb']:5.0f} MB", flush=True)
+                    print(f"  {kind:15s} {label:8s} " + " | ".join(
+                        f"{what} {when} {m[f'{what}_{when}_s']:6.2f} s {m[f'{what}_{when}_bytes'] / 1e6:6.1f} MB"
+                        for what in ("check", "read") for when in ("cold", "warm")) + f" | peak RSS {m['peak_rss_mb']:5.0f} MB", flush=True)
             shutil.rmtree(root, ignore_errors=True)
         if len(args.stores) > 1:
             small, big = min(args.stores), max(args.stores)
@@ -173,8 +184,9 @@ def main() -> None:
             for kind in WINDOWS:
                 for label in codes:
                     a, b = results[(small, kind, label)], results[(big, kind, label)]
-                    print(f"  {kind:15s} {label:8s} check x{b['check_s'] / a['check_s']:.2f}  keyed read x{b['read_s'] / a['read_s']:.2f}  "
-                          f"bytes x{b['read_bytes'] / max(a['read_bytes'], 1):.2f}")
+                    print(f"  {kind:15s} {label:8s} " + "  ".join(
+                        f"{what} {when} x{b[f'{what}_{when}_s'] / a[f'{what}_{when}_s']:.2f} (bytes x{b[f'{what}_{when}_bytes'] / max(a[f'{what}_{when}_bytes'], 1):.2f})"
+                        for what in ("check", "read") for when in ("cold", "warm")))
     finally:
         if not args.workdir:
             shutil.rmtree(work, ignore_errors=True)
