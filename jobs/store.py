@@ -76,7 +76,7 @@ def main(argv: list[str]) -> int:
     if args["command"] == "compact":
         for s in compact(args["store"], target_rows=args["target_rows"], small_rows=args["small_rows"]):
             print(f"{s['store']}: {s['parts_in']} parts -> {s['parts_out']} compacted parts, {s['rows']} rows, "
-                  f"{s['dropped_duplicates']} duplicate rows dropped")
+                  f"{s['dropped_duplicates']} duplicate rows dropped, {s['indexes_written']} key indexes written for kept parts")
         return 0
     if args["command"] == "gc":
         removed = gc(args["store"], min_age_s=args["min_age_s"], dry_run=args["dry_run"])

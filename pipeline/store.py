@@ -298,8 +298,9 @@ class PartStore:
 
     def _read_indexed(self, path: str, version: tuple, window: Window, wanted: list[str]):
         """The rows of an indexed part whose key is in `window`, reading the index and only the
-        row groups with candidates; `_UNINDEXED` when the index cannot be used (the caller then
-        reads the whole part), None when the part is bad or gone (its keys are missing)."""
+        row groups with candidates; None when there are none or the part is gone (its keys are
+        missing); `_UNINDEXED` when the index cannot be used or the ranged read failed: the
+        caller then reads the part whole, which retries storage errors and quarantines a bad part."""
         try:
             index = self._index(path, version)
         except FileNotFoundError:  # removed since the listing (compaction, quarantine)
@@ -319,9 +320,8 @@ class PartStore:
         except FileNotFoundError:
             log.warning("%s: part %s vanished while reading; its keys count as missing", self.url, path)
             return None
-        except BadPart as bad:
-            self.quarantine(path, bad.reason)
-            return None
+        except BadPart:  # or a storage error inside pyarrow: the whole-part read retries, and judges
+            return _UNINDEXED
         return table.filter(pc.is_in(table.column("key"), value_set=window.keys_with(candidates)))  # full keys decide
 
     def _read_rows(self, path: str, index: KeyIndex, rows: np.ndarray, candidates: np.ndarray, wanted: list[str]) -> pa.Table:
@@ -340,7 +340,9 @@ class PartStore:
                     present = set(part.schema_arrow.names)
                     # no threads of its own: parts are read in parallel already (READ_THREADS)
                     return part.read_row_groups(groups.tolist(), columns=[c for c in wanted if c in present], use_threads=False)
-                except (pa.ArrowException, ValueError, KeyError, TypeError) as exc:  # OSError: retried or raised as is
+                except (BadIndex, FileNotFoundError):
+                    raise
+                except (pa.ArrowException, OSError, ValueError, KeyError, TypeError) as exc:
                     raise BadPart(path, f"{type(exc).__name__}: {exc}"[:500]) from exc
 
         table = self._conform(path, retrying(f"read {path}", fetch), wanted)

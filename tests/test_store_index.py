@@ -280,6 +280,17 @@ def test_an_index_that_omits_keys_only_ever_errs_towards_computing_them_again(tm
     assert store_admin.verify(str(tmp_path))[0].ok
 
 
+def test_a_bad_compacted_part_is_quarantined_with_its_index_and_its_keys_read_as_missing(tmp_path):
+    keys = [content_key("bad", i) for i in range(500)]
+    store = compacted_store(tmp_path / "s", keys, small_rows=500)
+    (part,) = store.part_paths()
+    Path(part).write_bytes(Path(part).read_bytes()[: 3000])  # truncated; its index is fine
+    assert store.missing(keys[:20] + [content_key("new", 0)]).to_pylist() == [True] * 21
+    assert [Path(q["path"]).name for q in store.quarantined] == [Path(part).name]
+    assert not store.part_paths() and not indexes(store)  # both moved aside, nothing deleted
+    assert len(list((tmp_path / "s" / "_quarantine").iterdir())) == 2
+
+
 def test_verify_checks_indexes_and_repair_rewrites_them(tmp_path):
     import store as store_job  # jobs/store.py
 
