@@ -19,9 +19,11 @@ For each: seconds of `missing(window)` and of `read(["key", "logp_yes", "logp_no
 cold (the process reads the key indexes) and warm (a second window call: indexes parsed before,
 as for a driver reading window after window), bytes the process read for each (/proc/self/io
 rchar: the bytes an object store would serve; files are in the page cache here, so seconds
-are CPU and parsing), and the reading process's peak RSS. Every case runs in a fresh process, with this checkout's code and,
-with --compare, another checkout's code on the same store (back to back). Ratios 10M/1M show how
-the cost grows with the store: flat is close to 1.
+are CPU and parsing), the process's CPU seconds (all threads; less sensitive than wall time to
+a machine shared with other work) and the reading process's peak RSS. Every case runs in a
+fresh process, with this checkout's code and, with --compare, another checkout's code on the
+same store (back to back). Ratios 10M/1M show how the cost grows with the store: flat is
+close to 1.
 """
 from __future__ import annotations
 
@@ -118,9 +120,10 @@ def measure(root: str, kind: str, size: int, night: int, n: int) -> dict:
         for when in ("cold", "warm"):  # cold: this process reads the indexes; warm: it parsed them before
             if when == "cold":
                 _clear_index_cache()
-            io, start = _rchar(), time.perf_counter()
+            io, start, cpu = _rchar(), time.perf_counter(), time.process_time()
             result = call()
-            out[f"{what}_{when}_s"], out[f"{what}_{when}_bytes"] = time.perf_counter() - start, _rchar() - io
+            out[f"{what}_{when}_s"], out[f"{what}_{when}_cpu_s"] = time.perf_counter() - start, time.process_time() - cpu
+            out[f"{what}_{when}_bytes"] = _rchar() - io
             found = n - int(result.to_numpy(zero_copy_only=False).sum()) if what == "check" else result.num_rows
             assert found == stored_n, f"{what}: {found} keys found stored, {stored_n} are"
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -175,7 +178,7 @@ def main() -> None:
                 for label, code in codes.items():
                     m = results[(size, kind, label)] = _child(code, "measure", root, kind, size, args.night, args.window)
                     print(f"  {kind:15s} {label:8s} " + " | ".join(
-                        f"{what} {when} {m[f'{what}_{when}_s']:6.2f} s {m[f'{what}_{when}_bytes'] / 1e6:6.1f} MB"
+                        f"{what} {when} {m[f'{what}_{when}_s']:5.2f} s (cpu {m[f'{what}_{when}_cpu_s']:5.2f}) {m[f'{what}_{when}_bytes'] / 1e6:5.1f} MB"
                         for what in ("check", "read") for when in ("cold", "warm")) + f" | peak RSS {m['peak_rss_mb']:5.0f} MB", flush=True)
             shutil.rmtree(root, ignore_errors=True)
         if len(args.stores) > 1:
@@ -185,7 +188,8 @@ def main() -> None:
                 for label in codes:
                     a, b = results[(small, kind, label)], results[(big, kind, label)]
                     print(f"  {kind:15s} {label:8s} " + "  ".join(
-                        f"{what} {when} x{b[f'{what}_{when}_s'] / a[f'{what}_{when}_s']:.2f} (bytes x{b[f'{what}_{when}_bytes'] / max(a[f'{what}_{when}_bytes'], 1):.2f})"
+                        f"{what} {when} x{b[f'{what}_{when}_s'] / a[f'{what}_{when}_s']:.2f} (cpu x{b[f'{what}_{when}_cpu_s'] / a[f'{what}_{when}_cpu_s']:.2f}, "
+                        f"bytes x{b[f'{what}_{when}_bytes'] / max(a[f'{what}_{when}_bytes'], 1):.2f})"
                         for what in ("check", "read") for when in ("cold", "warm")))
     finally:
         if not args.workdir:
