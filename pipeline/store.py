@@ -62,6 +62,7 @@ TMP_PREFIX = ".tmp-"
 QUARANTINE = "_quarantine"  # bad parts moved aside: <store>/_quarantine/<part name>.<stamp>
 MARKERS = "_markers"
 READ_THREADS = 16
+GROUPS_PER_READ = 128  # row groups of one part decoded together by a keyed read (~128k rows)
 # Compacted parts: part-k<bucket>-n<rows>-<digest>.parquet ('k' is not a hex digit, so no
 # worker-written part-<digest> name can look like one). Bucket: the key's first 0, 1 or 2
 # characters (more as the store grows) when they are lowercase hex (content keys are), else "x"s.
@@ -326,7 +327,8 @@ class PartStore:
 
     def _read_rows(self, path: str, index: KeyIndex, rows: np.ndarray, candidates: np.ndarray, wanted: list[str]) -> pa.Table:
         """Rows `rows` of a part, fetching only their row groups (ranged reads on object
-        stores); raises BadIndex when the part's layout or keys disagree with its index."""
+        stores), `GROUPS_PER_READ` at a time so a part with hits everywhere is never decoded
+        whole at once; raises BadIndex when the part's layout or keys disagree with its index."""
         size = index.row_group_rows
         groups = np.unique(rows // size)
 
@@ -337,19 +339,24 @@ class PartStore:
                     meta = part.metadata
                     if not _layout_agrees(meta, index.num_rows, size):
                         raise BadIndex(f"index of {index.num_rows} rows in groups of {size}, part of {meta.num_rows} rows in {meta.num_row_groups} groups")
-                    present = set(part.schema_arrow.names)
-                    # no threads of its own: parts are read in parallel already (READ_THREADS)
-                    return part.read_row_groups(groups.tolist(), columns=[c for c in wanted if c in present], use_threads=False)
+                    present = [c for c in wanted if c in set(part.schema_arrow.names)]
+                    taken = []
+                    for start in range(0, len(groups), GROUPS_PER_READ):
+                        batch = groups[start:start + GROUPS_PER_READ]
+                        mine = rows[(rows // size >= batch[0]) & (rows // size <= batch[-1])]
+                        # no threads of its own: parts are read in parallel already (READ_THREADS)
+                        table = part.read_row_groups(batch.tolist(), columns=present, use_threads=False)
+                        positions = np.searchsorted(batch, mine // size) * size + mine % size
+                        if positions.size and int(positions[-1]) >= table.num_rows:
+                            raise BadIndex(f"row {int(mine[-1])} is past the part's end")
+                        taken.append(table.take(pa.array(positions)))
+                    return pa.concat_tables(taken)
                 except (BadIndex, FileNotFoundError):
                     raise
                 except (pa.ArrowException, OSError, ValueError, KeyError, TypeError) as exc:
                     raise BadPart(path, f"{type(exc).__name__}: {exc}"[:500]) from exc
 
         table = self._conform(path, retrying(f"read {path}", fetch), wanted)
-        positions = np.searchsorted(groups, rows // size) * size + rows % size
-        if positions.size and int(positions[-1]) >= table.num_rows:
-            raise BadIndex(f"row {int(rows[-1])} is past the part's end")
-        table = table.take(pa.array(positions))
         if not np.array_equal(key_prefixes(table.column("key")), candidates):
             raise BadIndex("the part's keys at the index's rows have other prefixes")
         return table

@@ -1,7 +1,8 @@
 """The key index of compacted parts: a key check reads indexes, a keyed read only the row
 groups with hits, and no index (missing, corrupt, stale, lying) can change an answer.
 
-Row groups are shrunk to 64 rows here so that small stores have many of them.
+Row groups are shrunk to 64 rows here so that small stores have many of them, and a keyed
+read decodes 3 of them at a time.
 """
 import random
 import sys
@@ -26,6 +27,7 @@ GROUP = 64
 @pytest.fixture(autouse=True)
 def small_row_groups(monkeypatch):
     monkeypatch.setattr(store_mod, "ROW_GROUP_ROWS", GROUP)
+    monkeypatch.setattr(store_mod, "GROUPS_PER_READ", 3)  # a part's hit groups in several reads
 
 
 def answers(keys, value=0.0):
