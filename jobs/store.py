@@ -4,13 +4,14 @@
     python jobs/store.py gc store=<store dir or s3://...> [min_age_s=3600] [dry_run=true]
     python jobs/store.py compact store=<store dir or s3://...> [target_rows=1048576] [small_rows=65536]
 
-`verify` reads every part and marker and prints keys, parts, bytes and bad parts per folder;
-exit code 1 when something is bad (with repair=true bad parts are moved to `_quarantine/`,
-and the next run computes their keys). `gc` removes temporary files of killed writers
+`verify` reads every part and marker, checks each compacted part's key index against the part,
+and prints keys, parts, bytes and bad files per folder; exit code 1 when something is bad
+(with repair=true bad parts are moved to `_quarantine/`, and the next run computes their keys;
+missing or bad key indexes are written again). `gc` removes temporary files of killed writers
 older than min_age_s, quarantined parts and unreadable markers; parts are never removed.
-`compact` merges small parts into big ones sorted by key and bucketed by key prefix (under
-each folder's lease; safe while runs write), so finding a night's keys reads only the
-buckets that can hold them (docs/storage.md).
+`compact` merges small parts into big ones sorted by key and bucketed by key prefix, each with
+a key index (under each folder's lease; safe while runs write), so finding a night's keys
+reads the indexes and only the row groups that hold hits (docs/storage.md).
 See docs/troubleshooting.md.
 """
 from __future__ import annotations
@@ -75,7 +76,7 @@ def main(argv: list[str]) -> int:
     if args["command"] == "compact":
         for s in compact(args["store"], target_rows=args["target_rows"], small_rows=args["small_rows"]):
             print(f"{s['store']}: {s['parts_in']} parts -> {s['parts_out']} compacted parts, {s['rows']} rows, "
-                  f"{s['dropped_duplicates']} duplicate rows dropped")
+                  f"{s['dropped_duplicates']} duplicate rows dropped, {s['indexes_written']} key indexes written for kept parts")
         return 0
     if args["command"] == "gc":
         removed = gc(args["store"], min_age_s=args["min_age_s"], dry_run=args["dry_run"])
@@ -91,8 +92,11 @@ def main(argv: list[str]) -> int:
             print(f"  bad part {bad['path']}: {bad['reason']}{moved}")
         for bad in report.bad_markers:
             print(f"  bad marker {bad['path']}: {bad['reason']}")
+        for bad in report.bad_indexes:
+            fixed = " -> written again" if bad.get("rewritten") else ""
+            print(f"  bad key index {bad['path']}: {bad['reason']}{fixed}")
     total = {k: sum(getattr(r, k) for r in reports) for k in ("keys", "parts", "bytes")}
-    n_bad = sum(len(r.bad_parts) + len(r.bad_markers) for r in reports)
+    n_bad = sum(len(r.bad_parts) + len(r.bad_markers) + len(r.bad_indexes) for r in reports)
     print(f"total: {len(reports)} folders, {total['keys']} keys, {total['parts']} parts, {total['bytes']} bytes, {n_bad} bad")
     return 1 if n_bad else 0
 

@@ -14,13 +14,16 @@ checks drop fsspec's cached directory listings first, since other processes (ans
 actors, a concurrent run) add parts behind this process's back.
 
 Finding keys reads no more than it must. `compact` (under the store folder's lease) merges
-the small parts the workers write into big ones, sorted by key and bucketed by the key's
-first two characters (`part-k<bucket>-n<rows>-<digest>.parquet`); a check of which keys are
-stored (`missing`) or a read of given keys (`read(keys=...)`) opens only the compacted parts
-whose bucket holds one of the keys, plus the parts not compacted yet, and keeps only the
-matching rows: the driver never holds a whole store. Compaction writes the merged part
-before it removes the small ones, so every key stays readable throughout (readers drop a
-key seen twice, `_first_per_key`), and after it each key is stored once.
+the small parts the workers write into big ones, sorted by key, bucketed by the key's first
+characters (`part-k<bucket>-n<rows>-<digest>.parquet`), in row groups of `ROW_GROUP_ROWS`, each
+followed by its key index (`<part>.keyidx`, `pipeline.key_index`: sorted 64-bit key prefixes).
+A check of which keys are stored (`missing`) or a read of given keys (`read(keys=...)`) takes
+the compacted parts whose bucket can hold one of the keys, searches their indexes, and reads
+only the row groups holding a candidate (ranged reads on object stores), confirming each by
+its full key; parts not compacted yet, or without an index, are read whole and filtered. The
+driver never holds a whole store. Compaction writes the merged part and its index before it
+removes the small ones, so every key stays readable throughout (readers drop a key seen twice,
+`_first_per_key`), and after it each key is stored once.
 
 The store checks itself: a part that cannot be parsed (truncated, overwritten by hand, wrong
 columns) is logged with its path and moved aside to `<store>/_quarantine/` (never deleted),
@@ -29,22 +32,27 @@ whose file is bad replaces it. `pipeline.store_admin` verifies and cleans whole 
 """
 from __future__ import annotations
 
+import fnmatch
 import json
 import logging
 import posixpath
 import re
+import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 import fsspec
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from operators import schema as schema_mod
 from operators.hashing import keys_digest
+from pipeline.key_index import ROW_GROUP_ROWS, SUFFIX, BadIndex, KeyIndex, Window, key_prefixes
 from pipeline.storage import retrying
 
 log = logging.getLogger(__name__)
@@ -54,12 +62,14 @@ TMP_PREFIX = ".tmp-"
 QUARANTINE = "_quarantine"  # bad parts moved aside: <store>/_quarantine/<part name>.<stamp>
 MARKERS = "_markers"
 READ_THREADS = 16
+GROUPS_PER_READ = 128  # row groups of one part decoded together by a keyed read (~128k rows)
 # Compacted parts: part-k<bucket>-n<rows>-<digest>.parquet ('k' is not a hex digit, so no
 # worker-written part-<digest> name can look like one). Bucket: the key's first 0, 1 or 2
 # characters (more as the store grows) when they are lowercase hex (content keys are), else "x"s.
 COMPACTED = re.compile(r"^part-k(?P<bucket>[0-9a-fx]{0,2})-n(?P<rows>\d+)-[0-9a-f]+\.parquet$")
 COMPACT_TARGET_ROWS = 1_048_576  # rows per compacted part at most
 COMPACT_SMALL_ROWS = 65_536  # compacted parts below this are merged again
+INDEX_CACHE_BYTES = 256 << 20  # parsed key indexes a process keeps (8 bytes a stored key: 32M keys)
 
 
 class BadPart(Exception):
@@ -104,14 +114,16 @@ def _write_local(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
             fs.rm(tmp)
 
 
-def table_to_parquet_bytes(table: pa.Table) -> bytes:
+def table_to_parquet_bytes(table: pa.Table, row_group_rows: int | None = None) -> bytes:
+    """Parquet bytes; with `row_group_rows` (compacted parts: many small row groups) without
+    column statistics, which readers never use and which would bloat the footer."""
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
+    pq.write_table(table, sink, compression="zstd", row_group_size=row_group_rows, write_statistics=row_group_rows is None)
     return sink.getvalue().to_pybytes()
 
 
-def write_table(url: str, table: pa.Table) -> None:
-    write_bytes_atomic(url, table_to_parquet_bytes(table))
+def write_table(url: str, table: pa.Table, row_group_rows: int | None = None) -> None:
+    write_bytes_atomic(url, table_to_parquet_bytes(table, row_group_rows))
 
 
 def read_bytes(url: str) -> bytes:
@@ -154,6 +166,7 @@ class PartStore:
         self.schema = schema
         self.fs, self.path = filesystem(self.url)
         self.quarantined: list[dict] = []  # bad parts this object moved aside
+        self.quarantined_indexes: list[dict] = []  # key indexes that disagreed with their part
 
     def __repr__(self) -> str:
         return f"PartStore({self.url!r})"
@@ -161,13 +174,22 @@ class PartStore:
     # -- reading ---------------------------------------------------------------------------
     def part_paths(self) -> list[str]:
         """The complete parts stored now (temporary files of local writers never match)."""
+        return self._listing()[0]
+
+    def _listing(self) -> tuple[list[str], dict[str, tuple]]:
+        """(the parts stored now, {part with a key index: that index file's version}), one listing."""
         self.fs.invalidate_cache(self.path)
-        pattern = posixpath.join(self.path, PART_GLOB)
-        return sorted(retrying(f"list {self.url}", lambda: self.fs.glob(pattern)))
+        pattern = posixpath.join(self.path, "part-*")
+        found = retrying(f"list {self.url}", lambda: self.fs.glob(pattern, detail=True))
+        parts = sorted(p for p in found if fnmatch.fnmatchcase(posixpath.basename(p), PART_GLOB))
+        listed = set(parts)
+        indexes = {p[: -len(SUFFIX)]: _version(info) for p, info in found.items() if p.endswith(SUFFIX)}
+        return parts, {p: v for p, v in indexes.items() if p in listed}
 
     def read(self, columns: list[str] | None = None, *, keys: pa.Array | Iterable[str] | None = None) -> pa.Table:
         """Stored rows (one per key: a key written twice by racing runs is kept once); with
-        `keys`, only the rows of those keys, reading only the parts that can hold them.
+        `keys`, only the rows of those keys, reading only what can hold them: the key index
+        and the row groups with hits of an indexed compacted part, whole parts otherwise.
 
         Bad parts are quarantined and skipped (`self.quarantined` lists them), so their keys
         read as missing and the next anti-join computes them again.
@@ -176,25 +198,46 @@ class PartStore:
         if "key" not in wanted:
             wanted = ["key", *wanted]
         if keys is None:
-            paths, window = self.part_paths(), None
+            with ThreadPoolExecutor(READ_THREADS) as pool:  # object stores: many GETs in flight
+                tables = [t for t in pool.map(lambda path: self._read_or_quarantine(path, wanted), self.part_paths()) if t is not None]
         else:
-            window = pc.unique(_as_array(keys))
-            paths = self._parts_for(window)
-
-        with ThreadPoolExecutor(READ_THREADS) as pool:  # object stores: many GETs in flight
-            parts = (t for t in pool.map(lambda path: self._read_or_quarantine(path, wanted), paths) if t is not None)
-            tables = list(parts) if window is None else _matching(parts, window)
+            window = pc.unique(_as_array(keys).cast(pa.string()))
+            parts, indexed = self._listing()
+            tables = self._lookup(window, wanted, self._parts_for(window, parts), indexed)
         tables = [t for t in tables if t.num_rows]
         if not tables:
             return self.schema.empty_table().select(wanted)
         return _first_per_key(pa.concat_tables(tables))
 
-    def _parts_for(self, keys: pa.Array) -> list[str]:
+    def _lookup(self, window: pa.Array, wanted: list[str], paths: list[str], indexed: dict[str, tuple]) -> list[pa.Table]:
+        """The rows of `paths` whose key is in `window` (unique keys)."""
+        searched = Window(window) if indexed else None
+        done: list[pa.Table] = []
+
+        def one(path):
+            if path in indexed:
+                found = self._read_indexed(path, indexed[path], searched, wanted)
+                if found is not _UNINDEXED:
+                    return found, True
+            return self._read_or_quarantine(path, wanted), False
+
+        with ThreadPoolExecutor(READ_THREADS) as pool:  # object stores: many GETs in flight
+            def whole_parts():  # filtered below a group at a time; indexed reads are filtered already
+                for table, filtered in pool.map(one, paths):
+                    if table is not None:
+                        if filtered:
+                            done.append(table)
+                        else:
+                            yield table
+
+            return _matching(whole_parts(), window) + done
+
+    def _parts_for(self, keys: pa.Array, parts: list[str]) -> list[str]:
         """The parts that can hold any of `keys`: compacted parts of their buckets, and every
         part not compacted yet."""
         buckets = {width: set(pc.unique(key_buckets(keys, width)).to_pylist()) for width in (0, 1, 2)}
         chosen = []
-        for path in self.part_paths():
+        for path in parts:
             found = COMPACTED.match(posixpath.basename(path))
             if found is None or found["bucket"] in buckets[len(found["bucket"])]:
                 chosen.append(path)
@@ -210,20 +253,172 @@ class PartStore:
         columns = list(columns or self.schema.names)
         data = retrying(f"read {path}", lambda: self.fs.cat_file(path))
         try:
-            # A part written before a column was added to the schema (operators.schema.ADDED_LATER)
-            # reads with that column null; any other missing column makes it a bad part.
             present = set(pq.read_schema(pa.BufferReader(data)).names)
             table = pq.read_table(pa.BufferReader(data), columns=[c for c in columns if c in present])
-            for name in (c for c in columns if c not in present):
+        except (pa.ArrowException, OSError, ValueError, KeyError, TypeError) as exc:
+            raise BadPart(path, f"{type(exc).__name__}: {exc}"[:500]) from exc
+        return self._conform(path, table, columns)
+
+    def _conform(self, path: str, table: pa.Table, columns: list[str]) -> pa.Table:
+        """`table` (a part's `columns` that it has) with the store's types; raises BadPart."""
+        try:
+            # A part written before a column was added to the schema (operators.schema.ADDED_LATER)
+            # reads with that column null; any other missing column makes it a bad part.
+            for name in (c for c in columns if c not in table.column_names):
                 if not schema_mod.added_later(self.schema.field(name)):
                     raise BadPart(path, f"no {name!r} column")
                 table = table.append_column(name, pa.nulls(table.num_rows, self.schema.field(name).type))
             table = table.select(columns).cast(pa.schema([self.schema.field(c) for c in columns]))
-        except (pa.ArrowException, OSError, ValueError, KeyError, TypeError) as exc:
+        except (pa.ArrowException, ValueError, KeyError, TypeError) as exc:
             raise BadPart(path, f"{type(exc).__name__}: {exc}"[:500]) from exc
         if table.column("key").null_count:
             raise BadPart(path, "null keys")
         return table
+
+    # -- the key index of compacted parts (pipeline.key_index) -----------------------------
+    def _index(self, path: str, version: tuple | None = None) -> KeyIndex:
+        """The key index of a compacted part; raises BadIndex, FileNotFoundError. With the
+        index file's `version` (size, mtime or ETag) from a listing, a copy this process
+        parsed before is used (`_INDEXES`): a driver reading window after window against one
+        store fetches each index once."""
+        cached = _INDEXES.get(self._cache_key(path, version)) if version is not None else None
+        if cached is not None:
+            return cached
+        name = posixpath.basename(path)
+        data = retrying(f"read {path}{SUFFIX}", lambda: self.fs.cat_file(path + SUFFIX))
+        index = KeyIndex.from_bytes(data, name)
+        found = COMPACTED.match(name)
+        if found is not None and int(found["rows"]) != index.num_rows:
+            raise BadIndex(f"{index.num_rows} keys for a part of {found['rows']} rows")
+        if version is not None:
+            _INDEXES.put(self._cache_key(path, version), index)
+        return index
+
+    def _cache_key(self, path: str, version: tuple | None) -> tuple:
+        return (self._full(path), version)
+
+    def _read_indexed(self, path: str, version: tuple, window: Window, wanted: list[str]):
+        """The rows of an indexed part whose key is in `window`, reading the index and only the
+        row groups with candidates; None when there are none or the part is gone (its keys are
+        missing); `_UNINDEXED` when the index cannot be used or the ranged read failed: the
+        caller then reads the part whole, which retries storage errors and quarantines a bad part."""
+        try:
+            index = self._index(path, version)
+        except FileNotFoundError:  # removed since the listing (compaction, quarantine)
+            return _UNINDEXED
+        except BadIndex as bad:
+            self.quarantine_index(path, str(bad))
+            return _UNINDEXED
+        rows, candidates = index.candidates(window.prefixes)
+        if not rows.size:
+            return None
+        try:
+            table = self._read_rows(path, index, rows, candidates, wanted)
+        except BadIndex as bad:
+            _INDEXES.drop(self._cache_key(path, version))
+            self.quarantine_index(path, str(bad))
+            return _UNINDEXED
+        except FileNotFoundError:
+            log.warning("%s: part %s vanished while reading; its keys count as missing", self.url, path)
+            return None
+        except BadPart:  # or a storage error inside pyarrow: the whole-part read retries, and judges
+            return _UNINDEXED
+        return table.filter(pc.is_in(table.column("key"), value_set=window.keys_with(candidates)))  # full keys decide
+
+    def _read_rows(self, path: str, index: KeyIndex, rows: np.ndarray, candidates: np.ndarray, wanted: list[str]) -> pa.Table:
+        """Rows `rows` of a part, fetching only their row groups (ranged reads on object
+        stores), `GROUPS_PER_READ` at a time so a part with hits everywhere is never decoded
+        whole at once; raises BadIndex when the part's layout or keys disagree with its index."""
+        size = index.row_group_rows
+        groups = np.unique(rows // size)
+
+        def fetch():
+            with self._open(path) as f:
+                try:
+                    part = pq.ParquetFile(f, pre_buffer=True)
+                    meta = part.metadata
+                    if not _layout_agrees(meta, index.num_rows, size):
+                        raise BadIndex(f"index of {index.num_rows} rows in groups of {size}, part of {meta.num_rows} rows in {meta.num_row_groups} groups")
+                    present = [c for c in wanted if c in set(part.schema_arrow.names)]
+                    taken = []
+                    for start in range(0, len(groups), GROUPS_PER_READ):
+                        batch = groups[start:start + GROUPS_PER_READ]
+                        mine = rows[(rows // size >= batch[0]) & (rows // size <= batch[-1])]
+                        # no threads of its own: parts are read in parallel already (READ_THREADS)
+                        table = part.read_row_groups(batch.tolist(), columns=present, use_threads=False)
+                        positions = np.searchsorted(batch, mine // size) * size + mine % size
+                        if positions.size and int(positions[-1]) >= table.num_rows:
+                            raise BadIndex(f"row {int(mine[-1])} is past the part's end")
+                        taken.append(table.take(pa.array(positions)))
+                    return pa.concat_tables(taken)
+                except (BadIndex, FileNotFoundError):
+                    raise
+                except (pa.ArrowException, OSError, ValueError, KeyError, TypeError) as exc:
+                    raise BadPart(path, f"{type(exc).__name__}: {exc}"[:500]) from exc
+
+        table = self._conform(path, retrying(f"read {path}", fetch), wanted)
+        if not np.array_equal(key_prefixes(table.column("key")), candidates):
+            raise BadIndex("the part's keys at the index's rows have other prefixes")
+        return table
+
+    def _open(self, path: str):
+        """A seekable file for ranged reads: pyarrow's own for local files, else fsspec's
+        without read-ahead, so each row group is one ranged GET, not a whole-file one."""
+        if _is_local(self.fs):
+            return pa.OSFile(path, "rb")
+        return self.fs.open(path, "rb", cache_type="none")
+
+    def write_index(self, path: str, keys: pa.Array | None = None) -> KeyIndex | None:
+        """Write the key index of a compacted part (from its key column when `keys` is not
+        given); None, with nothing written, when its row groups are not of one size."""
+        data = retrying(f"read {path}", lambda: self.fs.cat_file(path))
+        try:
+            meta = pq.read_metadata(pa.BufferReader(data))
+            if keys is None:
+                keys = pq.read_table(pa.BufferReader(data), columns=["key"]).column("key")
+        except (pa.ArrowException, OSError, ValueError, KeyError, TypeError) as exc:
+            raise BadPart(path, f"{type(exc).__name__}: {exc}"[:500]) from exc
+        size = _row_group_rows(meta)
+        if size is None or meta.num_rows != len(keys):
+            log.warning("%s: part %s has row groups of several sizes; left without a key index", self.url, path)
+            return None
+        index = KeyIndex.build(posixpath.basename(path), keys, size)
+        write_bytes_atomic(self._full(path + SUFFIX), index.to_bytes())
+        return index
+
+    def check_index(self, path: str) -> str | None:
+        """Why the key index of part `path` disagrees with the part (None: it agrees).
+        Raises FileNotFoundError when there is no index, BadPart when the part is bad."""
+        try:
+            stored = self._index(path)
+        except BadIndex as bad:
+            return str(bad)
+        data = retrying(f"read {path}", lambda: self.fs.cat_file(path))
+        try:
+            meta = pq.read_metadata(pa.BufferReader(data))
+            keys = pq.read_table(pa.BufferReader(data), columns=["key"]).column("key")
+        except (pa.ArrowException, OSError, ValueError, KeyError, TypeError) as exc:
+            raise BadPart(path, f"{type(exc).__name__}: {exc}"[:500]) from exc
+        size = _row_group_rows(meta)
+        if size != stored.row_group_rows:
+            return f"index says row groups of {stored.row_group_rows} rows, the part has {size or 'mixed sizes'}"
+        if not stored.same_as(KeyIndex.build(stored.part, keys, stored.row_group_rows)):
+            return "index lists other keys or rows than the part holds"
+        return None
+
+    def quarantine_index(self, path: str, reason: str) -> None:
+        """Move aside the key index of part `path` that cannot be used; the part is then read
+        whole until the next compaction writes its index again."""
+        name = posixpath.basename(path) + SUFFIX
+        target = posixpath.join(self.path, QUARANTINE, f"{name}.{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}")
+        try:
+            if _is_local(self.fs):
+                self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
+            retrying(f"quarantine {path}{SUFFIX}", lambda: self.fs.mv(path + SUFFIX, target))
+        except FileNotFoundError:  # no index, or another reader moved it first
+            return
+        log.warning("%s: key index of %s unusable (%s); moved to %s, the part is read whole", self.url, self._full(path), reason, self._full(target))
+        self.quarantined_indexes.append({"path": self._full(path + SUFFIX), "moved_to": self._full(target), "reason": reason})
 
     def _read_or_quarantine(self, path: str, columns: list[str]) -> pa.Table | None:
         try:
@@ -247,6 +442,8 @@ class PartStore:
         except FileNotFoundError:  # another reader moved it first
             return None
         self.quarantined.append({"path": self._full(path), "moved_to": self._full(target), "reason": reason})
+        if COMPACTED.match(name):  # its index would only point into a part that is gone
+            self.quarantine_index(path, "its part was quarantined")
         return self._full(target)
 
     def _full(self, path: str) -> str:
@@ -269,25 +466,31 @@ class PartStore:
 
     # -- compaction ------------------------------------------------------------------------
     def compact(self, *, target_rows: int = COMPACT_TARGET_ROWS, small_rows: int = COMPACT_SMALL_ROWS) -> dict:
-        """Merge small parts into compacted parts (sorted by key, one key bucket each).
+        """Merge small parts into compacted parts (sorted by key, one key bucket each, row
+        groups of `ROW_GROUP_ROWS`), each followed by its key index.
 
         Call under the store folder's lease (`pipeline.store_admin.compact` takes it), so two
         compactions never race; workers may keep writing new parts meanwhile. Order of work:
-        the merged parts are written completely first, the small parts removed after, so a
-        reader always finds every key, and a compaction killed midway leaves at worst keys
-        stored twice (read once), which the next compaction folds back to once: a key already
-        in a kept compacted part is dropped from the merge.
+        the merged parts (then their indexes) are written completely first, the small parts
+        removed after, so a reader always finds every key, and a compaction killed midway
+        leaves at worst keys stored twice (read once) or a part without its index (read whole),
+        which the next compaction folds back to once and indexes: a key already in a kept
+        compacted part is dropped from the merge (found through that part's index).
         """
         if target_rows < 1 or small_rows < 0:
             raise ValueError(f"compact: target_rows must be >= 1 and small_rows >= 0, got {target_rows}, {small_rows}")
+        parts, indexed = self._listing()
         inputs, kept = [], {}
-        for path in self.part_paths():
+        for path in parts:
             found = COMPACTED.match(posixpath.basename(path))
             if found is not None and int(found["rows"]) >= small_rows:
                 kept.setdefault(found["bucket"], []).append(path)
             else:
                 inputs.append(path)
-        summary = {"store": self.url, "parts_in": 0, "parts_out": 0, "rows": 0, "dropped_duplicates": 0}
+        summary = {"store": self.url, "parts_in": 0, "parts_out": 0, "rows": 0, "dropped_duplicates": 0,
+                   "indexes_written": self._index_kept([p for paths in kept.values() for p in paths], indexed)}
+        self._remove_orphan_indexes(set(parts))
+        indexed = self._listing()[1]
         if len(inputs) < 2 and all(COMPACTED.match(posixpath.basename(p)) for p in inputs):
             return summary  # nothing to merge (a lone small part is still folded into the kept ones)
         with ThreadPoolExecutor(READ_THREADS) as pool:
@@ -307,32 +510,61 @@ class PartStore:
             rows = merged.filter(pc.equal(buckets, bucket))
             overlapping = [p for b, paths in kept.items() if b.startswith(bucket) or bucket.startswith(b) for p in paths]
             if overlapping:  # keys a kept compacted part already holds stay only there
-                held = self._keys_of(overlapping)
-                rows = rows.filter(pc.invert(pc.is_in(rows.column("key"), value_set=held)))
+                window = pc.unique(rows.column("key"))
+                held = [t.column("key") for t in self._lookup(window, ["key"], overlapping, {p: indexed[p] for p in overlapping if p in indexed})]
+                if held:
+                    held = pa.chunked_array([c for k in held for c in k.chunks], pa.string()).combine_chunks()
+                    rows = rows.filter(pc.invert(pc.is_in(rows.column("key"), value_set=held)))
             rows = rows.sort_by("key")
             for start in range(0, rows.num_rows, target_rows):
-                chunk = rows.slice(start, target_rows)
+                chunk = rows.slice(start, target_rows).combine_chunks()
                 name = f"part-k{bucket}-n{chunk.num_rows}-{keys_digest(chunk.column('key').to_pylist())}.parquet"
                 url = f"{self.url}/{name}"
+                group = min(ROW_GROUP_ROWS, chunk.num_rows)
                 if not exists(url) or not self._readable(url):
-                    write_table(url, chunk)
+                    write_table(url, chunk, row_group_rows=group)
+                    write_bytes_atomic(url + SUFFIX, KeyIndex.build(name, chunk.column("key"), group).to_bytes())
+                elif posixpath.join(self.path, name) not in indexed:
+                    self.write_index(posixpath.join(self.path, name))
                 written.add(posixpath.join(self.path, name))
                 summary["parts_out"] += 1
                 summary["rows"] += chunk.num_rows
         for path in read:  # only now: every key of these parts is in a written or kept part
             if path not in written:
-                try:
-                    retrying(f"remove {path}", lambda p=path: self.fs.rm(p))
-                except FileNotFoundError:
-                    pass
+                for doomed in (path, path + SUFFIX) if path in indexed else (path,):
+                    try:
+                        retrying(f"remove {doomed}", lambda p=doomed: self.fs.rm(p))
+                    except FileNotFoundError:
+                        pass
         summary["parts_in"] = len(read)
         summary["dropped_duplicates"] = rows_in - summary["rows"]
         log.info("%s: compacted %d parts into %d (%d rows, %d duplicate rows dropped)", self.url, len(read), summary["parts_out"], summary["rows"], summary["dropped_duplicates"])
         return summary
 
-    def _keys_of(self, paths: list[str]) -> pa.Array:
-        tables = [t for t in (self._read_or_quarantine(p, ["key"]) for p in paths) if t is not None]
-        return pa.concat_tables(tables).column("key").combine_chunks() if tables else pa.array([], pa.string())
+    def _index_kept(self, kept: list[str], indexed: dict[str, tuple]) -> int:
+        """Write the missing key indexes of kept compacted parts (older code, or a compaction
+        killed between a part and its index); returns how many were written."""
+        written = 0
+        for path in kept:
+            if path not in indexed:
+                try:
+                    written += self.write_index(path) is not None
+                except FileNotFoundError:
+                    pass
+                except BadPart as bad:
+                    self.quarantine(path, bad.reason)
+        return written
+
+    def _remove_orphan_indexes(self, parts: set[str]) -> None:
+        """Indexes whose part is gone (a compaction killed between removing a part and its
+        index): never read, removed here under the lease."""
+        self.fs.invalidate_cache(self.path)
+        for path in retrying(f"list {self.url}", lambda: self.fs.glob(posixpath.join(self.path, "part-*" + SUFFIX))):
+            if path[: -len(SUFFIX)] not in parts:
+                try:
+                    retrying(f"remove {path}", lambda p=path: self.fs.rm(p))
+                except FileNotFoundError:
+                    pass
 
     # -- writing ---------------------------------------------------------------------------
     def part_url(self, keys: Iterable[str]) -> str:
@@ -388,6 +620,66 @@ def _matching(tables: Iterable[pa.Table], window: pa.Array) -> list[pa.Table]:
             rows = 0
     flush()
     return out
+
+
+_UNINDEXED = object()  # _read_indexed: the index cannot be used, read the part whole
+
+
+def _version(info: dict) -> tuple:
+    """What tells one version of a file from another in a listing: size and mtime or ETag."""
+    return (info.get("size"), info.get("mtime") or info.get("ETag") or info.get("LastModified") or info.get("created"))
+
+
+class _IndexCache:
+    """Parsed key indexes by (file, version), least recently used dropped beyond `max_bytes`."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes, self.nbytes = max_bytes, 0
+        self._items: OrderedDict[tuple, KeyIndex] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> KeyIndex | None:
+        with self._lock:
+            index = self._items.get(key)
+            if index is not None:
+                self._items.move_to_end(key)
+            return index
+
+    def put(self, key: tuple, index: KeyIndex) -> None:
+        with self._lock:
+            if key in self._items or index.nbytes > self.max_bytes:
+                return
+            self._items[key] = index
+            self.nbytes += index.nbytes
+            while self.nbytes > self.max_bytes:
+                self.nbytes -= self._items.popitem(last=False)[1].nbytes
+
+    def drop(self, key: tuple) -> None:
+        with self._lock:
+            index = self._items.pop(key, None)
+            self.nbytes -= index.nbytes if index is not None else 0
+
+
+_INDEXES = _IndexCache(INDEX_CACHE_BYTES)
+
+
+def _row_group_rows(meta: pq.FileMetaData) -> int | None:
+    """The row-group size of a part whose groups (but the last) are all one size, else None."""
+    sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    if not sizes:
+        return None
+    if len(sizes) == 1 or (len(set(sizes[:-1])) == 1 and sizes[-1] <= sizes[0]):
+        return max(sizes[0], 1)
+    return None
+
+
+def _layout_agrees(meta: pq.FileMetaData, rows: int, size: int) -> bool:
+    """Whether a part has `rows` rows in groups of `size` (the last may be shorter), checked on
+    the first and last group only: a shifted row anywhere else shows in the prefix check."""
+    groups = meta.num_row_groups
+    if meta.num_rows != rows or groups != -(-rows // size):
+        return False
+    return rows == 0 or (meta.row_group(0).num_rows == min(size, rows) and meta.row_group(groups - 1).num_rows == rows - (groups - 1) * size)
 
 
 def _as_array(keys) -> pa.Array:

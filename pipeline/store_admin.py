@@ -10,7 +10,9 @@ backbone or generator (`answers/<backbone>/`, `generations/<name>/`, `grounding/
 - `.tmp-*`: files of a writer that is still writing, or was killed while writing; never
   read; safe to delete once no run is writing (gc waits until they are old);
 - `_quarantine/*`: parts a reader found unusable and moved aside; their keys were computed
-  again, so they are kept only for inspection.
+  again, so they are kept only for inspection (and key indexes that disagreed with their part);
+- `part-k...parquet.keyidx`: the key index of a compacted part (`pipeline.key_index`), written
+  by `compact` after its part; derived data, so a bad one is rewritten, an orphan removed.
 
 The stages check the parts they need on every run (`PartStore.missing`); this module checks
 all of them, e.g. after a disk or bucket incident, and says what it found.
@@ -26,8 +28,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from operators import schema
+from pipeline.key_index import SUFFIX
 from pipeline.storage import retrying
-from pipeline.store import COMPACT_SMALL_ROWS, COMPACT_TARGET_ROWS, MARKERS, QUARANTINE, TMP_PREFIX, BadPart, PartStore, filesystem
+from pipeline.store import (
+    COMPACT_SMALL_ROWS,
+    COMPACT_TARGET_ROWS,
+    COMPACTED,
+    MARKERS,
+    QUARANTINE,
+    TMP_PREFIX,
+    BadPart,
+    PartStore,
+    filesystem,
+)
 
 GC_MIN_AGE_S = 3600.0  # a temporary file younger than this may belong to a live writer
 
@@ -54,14 +67,19 @@ class FolderReport:
     bad_markers: list[dict] = field(default_factory=list)
     temp_files: list[str] = field(default_factory=list)
     quarantined: list[str] = field(default_factory=list)
+    indexes: int = 0  # compacted parts whose key index agrees with them
+    unindexed: int = 0  # compacted parts without an index (read whole until `compact` indexes them)
+    bad_indexes: list[dict] = field(default_factory=list)  # {path, reason[, rewritten]}
 
     @property
     def ok(self) -> bool:
-        return not self.bad_parts and not self.bad_markers
+        return not self.bad_parts and not self.bad_markers and not self.bad_indexes
 
     def line(self) -> str:
-        state = "ok" if self.ok else f"{len(self.bad_parts)} BAD parts, {len(self.bad_markers)} bad markers"
-        extra = f", {len(self.temp_files)} temp files" if self.temp_files else ""
+        state = "ok" if self.ok else f"{len(self.bad_parts)} BAD parts, {len(self.bad_markers)} bad markers, {len(self.bad_indexes)} bad key indexes"
+        extra = f", {self.indexes} key indexes" if self.indexes else ""
+        extra += f", {self.unindexed} compacted parts without a key index" if self.unindexed else ""
+        extra += f", {len(self.temp_files)} temp files" if self.temp_files else ""
         extra += f", {len(self.quarantined)} quarantined" if self.quarantined else ""
         return f"{self.url}: {self.keys} keys, {self.parts} parts, {self.bytes} bytes, {self.markers} markers{extra}: {state}"
 
@@ -87,6 +105,8 @@ def _folder_of(path: str) -> tuple[str, str] | None:
         return folder, posixpath.basename(parent)
     if name.startswith("part-") and name.endswith(".parquet"):
         return folder, "part"
+    if name.startswith("part-") and name.endswith(SUFFIX):
+        return folder, "index"
     return None
 
 
@@ -109,8 +129,12 @@ def survey(root: str) -> dict[str, dict[str, list[tuple[str, dict]]]]:
 def verify(root: str, *, repair: bool = False) -> list[FolderReport]:
     """Read every part (all columns, checked against its schema) and every marker.
 
+    Each compacted part's key index is rebuilt from the part and compared with the stored
+    one (an index that lies would make keys it omits read as missing).
+
     With `repair`, bad parts are quarantined as a stage's reader would (their keys are then
-    computed by the next run) and unreadable markers removed.
+    computed by the next run), unreadable markers removed, and missing or bad key indexes
+    written again from their part.
     """
     schemas = _schemas()
     reports = []
@@ -135,6 +159,8 @@ def verify(root: str, *, repair: bool = False) -> list[FolderReport]:
                 continue
             report.rows += table.num_rows
             keys.append(table.column("key"))
+            if COMPACTED.match(posixpath.basename(path)):
+                _check_index(store, report, path, repair, _url(root, root_path, path + SUFFIX))
         if keys:
             report.keys = len(pc.unique(pa.chunked_array([c for k in keys for c in k.chunks], pa.string())))
         for path, _info in roles.get(MARKERS, []):
@@ -149,6 +175,27 @@ def verify(root: str, *, repair: bool = False) -> list[FolderReport]:
         report.quarantined = [_url(root, root_path, p) for p, _ in roles.get(QUARANTINE, [])]
         reports.append(report)
     return reports
+
+
+def _check_index(store: PartStore, report: FolderReport, path: str, repair: bool, url: str) -> None:
+    """Count a compacted part's key index as agreeing, missing or bad (rewritten with repair)."""
+    try:
+        reason = store.check_index(path)
+    except FileNotFoundError:
+        report.unindexed += 1
+        if repair and store.write_index(path) is not None:
+            report.unindexed -= 1
+            report.indexes += 1
+        return
+    except BadPart:  # the part changed since it was read: the next verify sees it
+        return
+    if reason is None:
+        report.indexes += 1
+        return
+    entry = {"path": url, "reason": reason}
+    if repair:
+        entry["rewritten"] = store.write_index(path) is not None
+    report.bad_indexes.append(entry)
 
 
 def compact(root: str, *, target_rows: int = COMPACT_TARGET_ROWS, small_rows: int = COMPACT_SMALL_ROWS, ttl_s: float = 600.0, force: bool = False) -> list[dict]:
@@ -185,8 +232,9 @@ def _age_s(info: dict, now: float) -> float | None:
 
 
 def gc(root: str, *, min_age_s: float = GC_MIN_AGE_S, dry_run: bool = False) -> list[str]:
-    """Remove temporary files older than `min_age_s` (killed writers), every quarantined part
-    and every marker that cannot be read; returns what was (or, dry run, would be) removed.
+    """Remove temporary files older than `min_age_s` (killed writers), every quarantined part,
+    every marker that cannot be read and every key index whose part is gone; returns what was
+    (or, dry run, would be) removed.
 
     Parts are never removed: a good part is the cache, a bad one is quarantined first
     (by a run or by `verify(repair=True)`).
@@ -200,6 +248,8 @@ def gc(root: str, *, min_age_s: float = GC_MIN_AGE_S, dry_run: bool = False) -> 
             if age is not None and age >= min_age_s:
                 doomed.append(path)
         doomed += [path for path, _ in roles.get(QUARANTINE, [])]
+        parts = {path for path, _ in roles.get("part", [])}
+        doomed += [path for path, _ in roles.get("index", []) if path[: -len(SUFFIX)] not in parts]
         for path, _ in roles.get(MARKERS, []):
             try:
                 json.loads(fs.cat_file(path))

@@ -475,3 +475,25 @@ def test_credentials_never_reach_outputs_or_logs(s3, scenario):
     for name, value in SECRETS.items():
         leaks = [where for where, content in places.items() if value.encode() in content]
         assert not leaks, f"{name} found in {leaks}"
+
+
+def test_compacted_parts_on_s3_are_read_by_index_and_ranged_gets(s3_env, monkeypatch):
+    """On S3 a keyed read fetches the key index and byte ranges of the row groups with hits,
+    never a whole compacted part (pipeline.key_index)."""
+    from operators.hashing import content_key
+    from pipeline.key_index import SUFFIX
+
+    store = PartStore(f"s3://{BUCKET}/unit/indexed/answers", schema.ANSWERS)
+    keys = [content_key("s3-index", i) for i in range(3000)]
+    for i in range(0, 3000, 500):
+        store.write(answers(keys[i:i + 500], value=float(i)))
+    store.compact(small_rows=64)
+    assert all(exists(f"s3://{p}{SUFFIX}") for p in store.part_paths())
+    whole = []
+    cat = store.fs.cat_file
+    monkeypatch.setattr(store.fs, "cat_file", lambda path, *a, **k: whole.append(path) or cat(path, *a, **k))
+    probe = keys[::100] + [content_key("s3-new", i) for i in range(30)]
+    assert store.missing(probe).to_pylist() == [False] * 30 + [True] * 30
+    got = store.read(["key", "logp_yes"], keys=probe)
+    assert sorted(got.column("key").to_pylist()) == sorted(keys[::100])
+    assert whole and all(p.endswith(SUFFIX) for p in whole)  # indexes only; parts by ranged reads

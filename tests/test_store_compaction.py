@@ -65,6 +65,15 @@ def test_missing_and_keyed_reads_agree_with_the_naive_anti_join(tmp_path, seed):
     assert {r["key"]: r["logp_yes"] for r in got.to_pylist()} == {k: full[k] for k in wanted}
 
 
+def spy_on_reads(store, monkeypatch) -> list[tuple[str, str]]:
+    """(how, file name) of every file the store reads: whole ('cat') or by row groups ('ranged')."""
+    seen = []
+    cat, open_ = store.fs.cat_file, store._open
+    monkeypatch.setattr(store.fs, "cat_file", lambda path, *a, **k: seen.append(("cat", Path(path).name)) or cat(path, *a, **k))
+    monkeypatch.setattr(store, "_open", lambda path: seen.append(("ranged", Path(path).name)) or open_(path))
+    return seen
+
+
 def test_a_key_check_opens_only_the_buckets_that_can_hold_the_keys(tmp_path, monkeypatch):
     store = PartStore(str(tmp_path / "s"), schema.ANSWERS)
     keys = [content_key("k", i) for i in range(4000)]
@@ -73,16 +82,14 @@ def test_a_key_check_opens_only_the_buckets_that_can_hold_the_keys(tmp_path, mon
     compacted = [p for p in store.part_paths() if COMPACTED.match(Path(p).name)]
     assert len(compacted) == len(store.part_paths()) == 16
     fresh = store.write(answers([content_key("fresh", 0)])).removeprefix("file://")
-    opened = []
-    read_part = store.read_part
-    monkeypatch.setattr(store, "read_part", lambda path, columns=None: opened.append(path) or read_part(path, columns))
+    seen = spy_on_reads(store, monkeypatch)
     window = [k for k in keys if k.startswith("a")][:50] + [content_key("fresh", 0)]
     assert not any(store.missing(window).to_pylist())
-    names = sorted(Path(p).name for p in opened)
-    buckets = {COMPACTED.match(n)["bucket"] for n in names if COMPACTED.match(n)}
+    names = {name for _, name in seen}
+    buckets = {COMPACTED.match(n.removesuffix(".keyidx"))["bucket"] for n in names if COMPACTED.match(n.removesuffix(".keyidx"))}
     assert buckets == {"a", content_key("fresh", 0)[0]} - {""}  # the window's buckets only
-    assert Path(fresh).name in names  # a part not compacted yet is always looked at
-    assert len(opened) < len(store.part_paths())
+    assert ("cat", Path(fresh).name) in seen  # a part not compacted yet is always read (whole)
+    assert len(names) < len(store.part_paths())
 
 
 def test_compaction_keeps_each_key_exactly_once_and_every_value(tmp_path):
