@@ -18,7 +18,7 @@ from pipeline.store import PartStore
 from pipeline.sweep import run_sweep
 
 REPO = Path(__file__).resolve().parent.parent
-ZERO = ["backbones=[zero-cost]", "compute.progress_bars=false", "bootstrap.n_resamples=50"]
+ZERO = ["backbones=[zero-cost]", "benchmarks=[demo]", "compute.progress_bars=false", "bootstrap.n_resamples=50"]
 # every file a finished run lists, less the summary (it prints wall times)
 TABLES = ("items", "questions", "scores/zero-cost", "records/zero-cost", "statistics", "deltas", "errors")
 
@@ -58,9 +58,9 @@ def test_window_items_must_be_positive(tmp_path):
 
 
 def test_windowed_sweep_writes_what_one_pass_writes(one_pass, tmp_path):
-    windowed = run_sweep(config(tmp_path, "window_items=23"))
+    windowed = run_sweep(config(tmp_path, "window_items=7"))
     n_items = pl.read_parquet(f"{one_pass.run_dir}/items.parquet").height
-    assert n_items > 3 * 23 and n_items % 23  # several windows, the last one partial
+    assert n_items > 3 * 7 and n_items % 7  # several windows, the last one partial
     got, want = tables(windowed.run_dir), tables(one_pass.run_dir)
     for name in TABLES:
         assert got[name].equals(want[name]), name  # same rows in the same order: scores, records, statistics
@@ -70,14 +70,14 @@ def test_windowed_sweep_writes_what_one_pass_writes(one_pass, tmp_path):
     w, o = answers_report(windowed), answers_report(one_pass)
     assert (w.needed, w.cached, w.sent, w.failed) == (o.needed, o.cached, o.sent, o.failed)
     assert w.answer_mass.equals(o.answer_mass)
-    again = run_sweep(config(tmp_path, "window_items=23"))
+    again = run_sweep(config(tmp_path, "window_items=7"))
     assert answers_report(again).sent == 0 and answers_report(again).cached == o.needed
 
 
-def test_a_sweep_killed_mid_window_resumes_to_the_same_outputs(one_pass, tmp_path):
-    args = ["window_items=23", "compute.rows_per_part=2", "compute.rows_per_batch=8", "compute.num_cpus=2"]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env.pop("RAY_ADDRESS", None)
+def test_a_sweep_killed_mid_window_resumes_to_the_same_outputs(ray_session, one_pass, tmp_path):
+    # small parts in small Ray batches (a worker finishes its batch after the kill); the job joins this Ray
+    args = ["window_items=7", "compute.rows_per_part=2", "compute.rows_per_batch=8"]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", RAY_ADDRESS=ray_session.get_runtime_context().gcs_address)
     answers_dir = tmp_path / "store" / "answers" / "zero-cost"
     needed = answers_report(one_pass).needed
     scratch = tmp_path / "runs" / Path(one_pass.run_dir).name / "_windows"
