@@ -155,7 +155,7 @@ def windowed_reason(cfg: ResolvedConfig, n_items: int) -> str | None:
 
 
 def score_items_windowed(items: pl.DataFrame, shipped: pl.DataFrame | None, cfg: ResolvedConfig, out_dir: str, timings: Timings) -> Scored:
-    """`score_items_all_backbones` in windows of `window_items` consecutive items, writing the
+    """`score_items_all_backbones` in windows of `window_items` items (by item_id), writing the
     same files with the same rows in the same order.
 
     Questions are per caption (small) and obtained once for all items, as in one pass. Then per

@@ -3,7 +3,8 @@
 Each model stage runs on Ray Data and writes content-addressed parts to the shared store;
 the CPU stages in between (dedup, joins, formulas, statistics) run on the driver with
 polars. Rerunning the same command recomputes nothing that was written, and a run killed
-at any moment resumes where it stopped.
+at any moment resumes where it stopped. A sweep of more than `window_items` items scores
+them a window at a time (`pipeline.scoring.score_items_windowed`), writing the same files.
 """
 from __future__ import annotations
 
