@@ -2,6 +2,7 @@
 
     python bench/bench_curation.py                      # 2,000 pairs zero-cost, 200 pairs tiny VLM
     python bench/bench_curation.py --zero-cost 5000 --tiny 0
+    python bench/bench_curation.py --memory 100000 1000000          # driver peak RSS per night size
 
 Synthetic shards (half Parquet with embedded images, half WebDataset tars) are curated from
 scratch, then once more under another curation name sharing the answer cache (every answer
@@ -43,10 +44,10 @@ def write_shards(folder: Path, n_pairs: int, per_shard: int, offset: int) -> Non
             write_tar(folder / f"part-{k:04d}.tar", tar_samples(indices))
 
 
-def curate(root: Path, inputs: Path, name: str, backbone: str, rows_per_part: int) -> tuple[float, object]:
+def curate(root: Path, inputs: Path, name: str, backbone: str, rows_per_part: int, extra: list[str] = ()) -> tuple[float, object]:
     cfg = load_curation_config(
         ["curation=smoke", f"root={root}", f"inputs=[{inputs}/]", f"name={name}", f"backbones=[{backbone}]",
-         f"compute.rows_per_part={rows_per_part}", "compute.progress_bars=false"]
+         f"compute.rows_per_part={rows_per_part}", "compute.progress_bars=false", *extra]
     )
     start = time.perf_counter()
     result = run_curation(cfg)
@@ -67,6 +68,48 @@ def bench(label: str, backbone: str, n_pairs: int, per_shard: int, work: Path, o
           f"(sent {result.stage('answers').sent})", flush=True)
 
 
+def memory_case(args) -> None:
+    """Child process: one zero-cost night; prints its wall time, windows and driver peak RSS."""
+    import resource
+
+    root, inputs = Path(args.work), Path(args.inputs)
+    ensure_ray(num_cpus=args.num_cpus, progress_bars=False)
+    curate(root, Path(args.warmup), "warmup", "zero-cost", args.rows_per_part)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    seconds, result = curate(root, inputs, "night", "zero-cost", args.rows_per_part, args.set)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    windows = root / "curation" / "night" / "runs" / result.run_id / "windows"
+    n_windows = len(list(windows.iterdir())) if windows.is_dir() else 1
+    rows = result.totals()["rows_in"]
+    print(f"{rows:>9,} pairs in {seconds:7.0f} s ({rows / seconds:,.0f} pairs/s), {n_windows} window(s): "
+          f"driver peak RSS {peak:,.0f} MB (after warm-up {before:,.0f} MB); {result.stage('answers').sent:,} answers sent", flush=True)
+
+
+def memory(args) -> None:
+    """Driver peak RSS of a zero-cost night of each size, each in a fresh driver process."""
+    import os
+    import subprocess
+
+    work = Path(tempfile.mkdtemp(prefix="bench-curation-memory-"))
+    try:
+        write_shards(work / "in-warmup", 20, 10, offset=5_000_000)
+        for n in args.memory:
+            inputs = work / f"in-{n}"
+            start = time.perf_counter()
+            write_shards(inputs, n, args.per_shard, offset=0)
+            print(f"{n:,} pairs written in {time.perf_counter() - start:.0f} s", flush=True)
+            cmd = [sys.executable, __file__, "--memory-case", "--work", str(work / f"work-{n}"), "--inputs", str(inputs),
+                   "--warmup", str(work / "in-warmup"), "--rows-per-part", str(args.rows_per_part), *[f"--set={x}" for x in args.set]]
+            if args.num_cpus:
+                cmd += ["--num-cpus", str(args.num_cpus)]
+            proc = subprocess.run(cmd, env=dict(os.environ), text=True, capture_output=True)
+            print("\n".join(ln for ln in proc.stdout.splitlines() if "pairs in" in ln) or proc.stderr[-3000:], flush=True)
+            shutil.rmtree(inputs, ignore_errors=True)
+            shutil.rmtree(work / f"work-{n}", ignore_errors=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--zero-cost", type=int, default=2000, help="pairs for the zero-cost engine (0: skip)")
@@ -74,8 +117,20 @@ def main() -> None:
     parser.add_argument("--per-shard", type=int, default=250, help="pairs per shard")
     parser.add_argument("--rows-per-part", type=int, default=256, help="requests per engine call (the default preset's)")
     parser.add_argument("--num-cpus", type=int, default=None, help="local Ray CPUs (default: all)")
+    parser.add_argument("--memory", type=int, nargs="+", default=None, help="instead: driver peak RSS of zero-cost nights of these sizes")
+    parser.add_argument("--set", action="append", default=[], help="extra curation override (key=value) for --memory, repeatable")
+    parser.add_argument("--memory-case", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--work", help=argparse.SUPPRESS)
+    parser.add_argument("--inputs", help=argparse.SUPPRESS)
+    parser.add_argument("--warmup", help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.memory_case:
+        return memory_case(args)
+    if args.memory:
+        if args.per_shard == 250:
+            args.per_shard = 5000  # bench_scale's shards
+        return memory(args)
     ensure_ray(num_cpus=args.num_cpus, progress_bars=False)
     work = Path(tempfile.mkdtemp(prefix="bench-curation-"))
     try:

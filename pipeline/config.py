@@ -277,6 +277,9 @@ class SweepConfig:
     evidence: EvidenceSpec = field(default_factory=EvidenceSpec)
     judge: JudgeSpec = field(default_factory=JudgeSpec)
     lease: LeaseSpec = field(default_factory=LeaseSpec)
+    # Items per scoring window (null: one window): requests -> answers -> scores run a window at a
+    # time, so the driver holds one window's requests and answers, never the whole sweep's.
+    window_items: int | None = 50_000
 
 
 @dataclass
@@ -563,6 +566,7 @@ def validate_ranges(cfg: ResolvedConfig) -> None:
     _at_least("questions.max_questions", s.questions.max_questions, 1)
     _at_least("bootstrap.n_resamples", s.bootstrap.n_resamples, MIN_RESAMPLES)
     _at_least("bootstrap.seed", s.bootstrap.seed, 0)
+    _at_least("window_items", s.window_items, 1, optional=True)
     _within("bootstrap.confidence", s.bootstrap.confidence, 0, 1, low_open=True, high_open=True)
     c = s.compute
     _at_least("compute.num_cpus", c.num_cpus, 1, optional=True)

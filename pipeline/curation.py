@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
@@ -48,7 +49,17 @@ from pipeline.config import ConfigError, ResolvedConfig, SweepConfig, join_url, 
 from pipeline.lease import Lease
 from pipeline.runtime import MemoryLimits, ensure_ray, git_commit, library_versions, task_options
 from pipeline.scoring import Timings, score_items_all_backbones
-from pipeline.shards import CHANGE_DETECTION, PAIRS, Shard, ShardError, current_version, discover, publish_task, read_pairs_task
+from pipeline.shards import (
+    CHANGE_DETECTION,
+    PAIRS,
+    Shard,
+    ShardError,
+    count_rows,
+    current_version,
+    discover,
+    publish_task,
+    read_pairs_task,
+)
 from pipeline.stages import ingest
 from pipeline.stages.engine_stage import StageReport
 
@@ -89,6 +100,9 @@ class CurationConfig(SweepConfig):
     # and recorded in the manifest before the next (null: no limit of that kind).
     window_shards: int | None = None
     window_gb: float | None = 2.0  # input bytes per window
+    # input rows per window: what bounds the driver's memory (small-image shards fit a million
+    # pairs in 2 GB). Parquet footers and local tar headers give exact counts, else estimated.
+    window_pairs: int | None = 100_000
     output: str = "${root}/curation/${name}"
     metrics: list[str] = field(default_factory=lambda: ["depict"])
     target: str = "${metric}"  # the sweep's meta-evaluation target; curation has none
@@ -137,6 +151,8 @@ def validate_curation(cfg: ResolvedConfig) -> None:
         raise ConfigError("window_shards", f"must be at least 1 or null, got {c.window_shards}")
     if c.window_gb is not None and not c.window_gb > 0:
         raise ConfigError("window_gb", f"must be positive or null, got {c.window_gb}")
+    if c.window_pairs is not None and (isinstance(c.window_pairs, bool) or not isinstance(c.window_pairs, int) or c.window_pairs < 1):
+        raise ConfigError("window_pairs", f"must be a whole number of at least 1 or null, got {c.window_pairs!r}")
     if c.detect_changes not in CHANGE_DETECTION:
         raise ConfigError("detect_changes", f"must be one of {CHANGE_DETECTION}, got {c.detect_changes!r}")
     for key in ("image", "caption"):
@@ -323,14 +339,17 @@ def _score_new_shards(cfg: ResolvedConfig, lease: Lease) -> CurationResult:
     ensure_ray(c.compute.address, c.compute.num_cpus, c.compute.progress_bars, MemoryLimits.from_compute(c.compute))
     log.info("curation %s: %d new or changed shard(s) of %d; run %s", c.name, len(todo), len(found), result.run_id)
 
-    windows = plan_windows(todo, c.window_shards, c.window_gb)
-    window_errors = []
+    with clock("discover"):
+        rows = shard_row_counts(todo) if c.window_pairs is not None else None
+    windows = plan_windows(todo, c.window_shards, c.window_gb, c.window_pairs, rows)
+    # What the driver keeps across windows is per shard (stats, manifest entries) or per bad row
+    # (errors); stage reports are folded into one per stage after each window.
+    errors = pl.from_arrow(schema.ERRORS.empty_table())
     for k, window in enumerate(windows):
         window_dir = run_dir if len(windows) == 1 else join_url(run_dir, "windows", f"{k:04d}")
         log.info("curation %s: window %d of %d, %d shard(s)", c.name, k + 1, len(windows), len(window))
-        window_errors.append(process_window(cfg, window, window_dir, result, manifest, fingerprint, rule, lease))
-    result.reports = merge_reports(result.reports)
-    errors = pl.concat(window_errors)
+        errors = pl.concat([errors, process_window(cfg, window, window_dir, result, manifest, fingerprint, rule, lease)])
+        result.reports = merge_reports(result.reports)
     result.errors = errors
     result.timings["total"] = time.perf_counter() - t_start
     write_report(cfg, result, rule)
@@ -340,23 +359,44 @@ def _score_new_shards(cfg: ResolvedConfig, lease: Lease) -> CurationResult:
 # -- windows: a night in bounded pieces ----------------------------------------------------------
 
 
-def plan_windows(shards: list[Shard], max_shards: int | None, max_gb: float | None) -> list[list[Shard]]:
-    """Consecutive groups of shards, each at most `max_shards` shards and `max_gb` of input
-    (a shard larger than that is a window of its own). The driver holds one window's pairs,
-    questions and answers at a time, so its memory is bounded by the window, not the night."""
+def plan_windows(
+    shards: list[Shard], max_shards: int | None, max_gb: float | None, max_pairs: int | None = None, rows: dict[str, int] | None = None
+) -> list[list[Shard]]:
+    """Consecutive groups of shards, each at most `max_shards` shards, `max_gb` of input and
+    `max_pairs` input rows (`rows`: per shard URI); a shard over a limit is a window of its own.
+    The driver holds one window's pairs, questions and answers at a time, so its memory is
+    bounded by the window, not the night."""
+    if max_pairs is not None and rows is None:
+        raise ValueError("plan_windows: max_pairs needs the shards' row counts")
     windows: list[list[Shard]] = []
-    size = 0
+    size = pairs = 0
     for shard in shards:
+        n = rows[shard.uri] if max_pairs is not None else 0
         full = windows and (
             (max_shards is not None and len(windows[-1]) >= max_shards)
             or (max_gb is not None and size + shard.size > max_gb * 1024**3)
+            or (max_pairs is not None and pairs + n > max_pairs)
         )
         if not windows or full:
             windows.append([])
-            size = 0
+            size = pairs = 0
         windows[-1].append(shard)
         size += shard.size
+        pairs += n
     return windows
+
+
+def shard_row_counts(shards: list[Shard]) -> dict[str, int]:
+    """Input rows per shard URI, read from footers and headers in a few threads (object stores
+    answer slowly, not expensively); shards whose count is estimated are logged."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(shards)))) as pool:
+        counted = list(pool.map(count_rows, shards))
+    estimated = [s.uri for s, (_, exact) in zip(shards, counted, strict=True) if not exact]
+    if estimated:
+        log.info("window planning: row counts of %d shard(s) estimated from their size (e.g. %s)", len(estimated), estimated[0])
+    return {s.uri: n for s, (n, _) in zip(shards, counted, strict=True)}
 
 
 def process_window(
@@ -663,20 +703,36 @@ def write_report(cfg: ResolvedConfig, result: CurationResult, rule: Rule) -> Non
     """report.json, report.md, histogram.png and errors.parquet in the run folder."""
     c: CurationConfig = cfg.sweep  # type: ignore[assignment]
     run_dir = result.run_dir
-    scores = _run_scores(c.output, result.shards, rule.metric)
-    st.write_bytes_atomic(f"{run_dir}/histogram.png", histogram_png(scores, rule, result.shards))
+    counts, edges = run_histogram(c.output, result.shards, rule.metric)
+    st.write_bytes_atomic(f"{run_dir}/histogram.png", histogram_counts_png(counts, edges, rule, result.shards))
     st.write_table(f"{run_dir}/errors.parquet", schema.conform(result.errors.to_arrow(), schema.ERRORS))
     report = report_dict(cfg, result, rule)
     st.write_json(f"{run_dir}/report.json", report)
     st.write_bytes_atomic(f"{run_dir}/report.md", report_markdown(report).encode())
 
 
-def _run_scores(output: str, shards: list[ShardStats], metric: str) -> list[float]:
-    values: list[float] = []
-    for s in shards:
+HISTOGRAM_BINS = 40
+
+
+def run_histogram(output: str, shards: list[ShardStats], metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """(counts, bin edges) of the run's decision scores, reading one shard's column at a time:
+    the night's scores are never in memory together. Scores all in [0, 1] use that range."""
+    def scores(s: ShardStats) -> np.ndarray:
         d = pl.from_arrow(st.read_table(_shard_url(output, "decisions", s.shard_id), columns=[f"score_{metric}", "error"]))
-        values += d.filter(pl.col("error").is_null())[f"score_{metric}"].to_list()
-    return values
+        return d.filter(pl.col("error").is_null())[f"score_{metric}"].cast(pl.Float64).to_numpy()
+
+    low, high = math.inf, -math.inf
+    for s in shards:
+        values = scores(s)
+        if values.size:
+            low, high = min(low, float(values.min())), max(high, float(values.max()))
+    if low > high:
+        return np.zeros(HISTOGRAM_BINS, dtype=np.int64), np.linspace(0.0, 1.0, HISTOGRAM_BINS + 1)
+    span = (0.0, 1.0) if 0.0 <= low and high <= 1.0 else (low, high if high > low else low + 1.0)
+    counts = np.zeros(HISTOGRAM_BINS, dtype=np.int64)
+    for s in shards:
+        counts += np.histogram(scores(s), bins=HISTOGRAM_BINS, range=span)[0]
+    return counts, np.linspace(span[0], span[1], HISTOGRAM_BINS + 1)
 
 
 def report_dict(cfg: ResolvedConfig, result: CurationResult, rule: Rule) -> dict:
@@ -741,6 +797,14 @@ def report_markdown(report: dict) -> str:
 def histogram_png(scores: list[float], rule: Rule, shards: list[ShardStats]) -> bytes:
     """Histogram of the decision scores with the threshold (and the lowest kept score when a
     top fraction decides), as PNG bytes."""
+    values = np.asarray(scores, dtype=np.float64)
+    in_unit = bool(values.size) and 0.0 <= values.min() and values.max() <= 1.0
+    counts, edges = np.histogram(values, bins=HISTOGRAM_BINS, range=(0.0, 1.0) if in_unit or not values.size else None)
+    return histogram_counts_png(counts, edges, rule, shards)
+
+
+def histogram_counts_png(counts: np.ndarray, edges: np.ndarray, rule: Rule, shards: list[ShardStats]) -> bytes:
+    """`histogram_png` from counts per bin (`run_histogram`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -748,8 +812,7 @@ def histogram_png(scores: list[float], rule: Rule, shards: list[ShardStats]) -> 
 
     fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
     try:
-        in_unit = all(0.0 <= v <= 1.0 for v in scores)
-        ax.hist(scores, bins=40, range=(0.0, 1.0) if in_unit else None, color="#4878a8")
+        ax.stairs(counts, edges, fill=True, color="#4878a8")
         if rule.min_score is not None:
             ax.axvline(rule.min_score, color="#c03030", linewidth=2, label=f"min_score {rule.min_score:g}")
         lowest = [s.lowest_kept for s in shards if s.lowest_kept is not None]
@@ -757,7 +820,7 @@ def histogram_png(scores: list[float], rule: Rule, shards: list[ShardStats]) -> 
             ax.axvline(min(lowest), color="#c08030", linestyle="--", label=f"lowest kept (top {rule.top_fraction:.0%} per shard)")
         ax.set_xlabel(f"{rule.metric} score")
         ax.set_ylabel("pairs")
-        ax.set_title(f"{len(scores)} scored pairs")
+        ax.set_title(f"{int(counts.sum())} scored pairs")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(loc="upper left", fontsize=8)
         fig.tight_layout()

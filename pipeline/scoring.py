@@ -6,15 +6,18 @@ answer cache: a pair scored by a sweep is never asked again by curation, and vic
 """
 from __future__ import annotations
 
+import logging
+import posixpath
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import polars as pl
 import pyarrow as pa
 
-from operators import schema
+from operators import answer_mass, schema
 from pipeline import store as st
 from pipeline.config import (
     HOLISTIC_METRICS,
@@ -24,11 +27,14 @@ from pipeline.config import (
     required_question_sets,
 )
 from pipeline.stages import questions as qstage
-from pipeline.stages.answers import plan_answers, run_answers
+from pipeline.stages.answers import AnswerReport, plan_answers, run_answers
 from pipeline.stages.engine_stage import StageReport
 from pipeline.stages.evidence import run_evidence
 from pipeline.stages.judge import run_judge
 from pipeline.stages.scores import question_records, score_items
+
+log = logging.getLogger(__name__)
+WINDOWS_FOLDER = "_windows"  # scratch for per-window records; removed once they are merged
 
 
 class Timings(dict):
@@ -131,3 +137,157 @@ def add_evidence_and_judge(items: pl.DataFrame, plan, answers: pl.DataFrame, sco
     scores = pl.concat([scores, *extra])
     st.write_table(f"{out_dir}/scores/{backbone.name}.parquet", scores.to_arrow())
     return scores
+
+
+# -- windows of items ------------------------------------------------------------------------
+
+
+def windowed_reason(cfg: ResolvedConfig, n_items: int) -> str | None:
+    """Why the sweep scores in one pass (None: it runs in windows of `window_items`)."""
+    s = cfg.sweep
+    if s.window_items is None or n_items <= s.window_items:
+        return "fits one window"
+    if s.evidence.enabled:
+        return "evidence checks sample items across the whole sweep"
+    if judge_kinds(s):
+        return "the VLM judge adds its rows after every answer score"
+    return None
+
+
+def score_items_windowed(items: pl.DataFrame, shipped: pl.DataFrame | None, cfg: ResolvedConfig, out_dir: str, timings: Timings) -> Scored:
+    """`score_items_all_backbones` in windows of `window_items` items (by item_id), writing the
+    same files with the same rows in the same order.
+
+    Questions are per caption (small) and obtained once for all items, as in one pass. Then per
+    backbone and window: requests -> answers -> scores and records, so the driver holds one
+    window's requests and answers. A request shared by two windows is answered once (the second
+    window finds it in the content-keyed store), and a run killed mid-window resumes from the
+    store like any other. Scores of all items are kept (metaeval needs them; a few rows per
+    item); records go to a scratch file per window and are streamed into records/<backbone>.
+    """
+    s = cfg.sweep
+    reason = windowed_reason(cfg, items.height)
+    if reason is not None:
+        if s.window_items is not None and items.height > s.window_items:
+            log.info("sweep: %d items in one pass (window_items=%d): %s", items.height, s.window_items, reason)
+        return score_items_all_backbones(items, shipped, cfg, out_dir, timings)
+    out = Scored(questions=pl.from_arrow(schema.QUESTIONS.empty_table()), scores=pl.from_arrow(schema.SCORES.empty_table()))
+    with timings("questions"):
+        questions_by_backbone = obtain_questions(items, shipped, cfg, out)
+        st.write_table(f"{out_dir}/questions.parquet", schema.conform(out.questions.to_arrow(), schema.QUESTIONS))
+    sets = required_question_sets(s)
+    holistic = needs_holistic(s.metrics)
+    answer_metrics = [m for m in s.metrics if is_answer_metric(m)]
+    # Windows are slices of the items in item_id order: records (sorted by item, question set,
+    # question) are then the windows' records one after the other.
+    by_id = items.sort("item_id", maintain_order=True)
+    starts = range(0, by_id.height, s.window_items)
+    scratch = f"{out_dir}/{WINDOWS_FOLDER}"
+    frames = []
+    for name in s.backbones:
+        backbone = cfg.backbones[name]
+        reports, masses, window_scores, record_urls = [], [], [], []
+        for k, start in enumerate(starts):
+            window = by_id.slice(start, s.window_items)
+            log.info("sweep: backbone %s, window %d of %d (%d items)", name, k + 1, len(starts), window.height)
+            questions = questions_by_backbone[name].join(window.select("caption").unique(), on="caption", how="semi", maintain_order="left")
+            with timings("requests"):
+                plan = plan_answers(window, questions, backbone, cfg.prompts, sets, holistic)
+            with timings("answers"):
+                answers, report = run_answers(plan, backbone, cfg.prompts, s.store, s.compute)
+            reports.append(report)
+            needed = pl.from_arrow(plan.requests.select(["key", "kind"]))
+            masses.append(needed.join(answers, on="key", how="left").select(
+                "key", "kind", answer_mass=pl.col("logp_yes").exp() + pl.col("logp_no").exp()))
+            with timings("scores"):
+                window_scores.append(score_items(window, plan, answers, backbone=name, metric_ids=answer_metrics, lam=s.lam, probability=s.probability))
+                records = question_records(plan, answers, name)
+                if records.height:
+                    record_urls.append(f"{scratch}/{name}/records-{k:05d}.parquet")
+                    st.write_table(record_urls[-1], records.to_arrow())
+            del plan, answers, records, needed
+        with timings("scores"):
+            scores = in_one_pass_order(window_scores, items)
+            st.write_table(f"{out_dir}/scores/{name}.parquet", scores.to_arrow())
+            if record_urls:
+                write_concatenated(f"{out_dir}/records/{name}.parquet", (st.read_table(url) for url in record_urls))
+        merged = merge_window_reports(reports, pl.concat(masses))
+        out.reports.append(merged)
+        out.errors.append(merged.errors)
+        frames.append(scores)
+    remove_scratch(out_dir)
+    if frames:
+        out.scores = pl.concat(frames)
+    return out
+
+
+def in_one_pass_order(window_scores: list[pl.DataFrame], items: pl.DataFrame) -> pl.DataFrame:
+    """The windows' score rows in the order one pass writes them: metric by metric (in the
+    order the formulas emit them), items in input order within a metric."""
+    scores = pl.concat(window_scores)
+    metric_order = scores["metric"].unique(maintain_order=True)
+    rank = pl.col("metric").replace_strict(metric_order, pl.int_range(metric_order.len(), eager=True), return_dtype=pl.Int64)
+    position = items.select("item_id").with_row_index("_position")
+    return (
+        scores.with_columns(_rank=rank)
+        .join(position, on="item_id", how="left", maintain_order="left")
+        .sort("_rank", "_position", maintain_order=True)
+        .drop("_rank", "_position")
+    )
+
+
+def merge_window_reports(reports: list[StageReport], masses: pl.DataFrame) -> StageReport:
+    """One answers report for a backbone's windows: distinct keys as in one pass (a key needed by
+    two windows is needed once: sent by the first, cached for the second), the answer mass
+    summarised over distinct answered keys."""
+    first = reports[0]
+    # a key that failed in one window and was answered in a later one counts as answered
+    distinct = masses.sort(pl.col("answer_mass").is_null(), maintain_order=True).unique(subset="key", keep="first", maintain_order=True)
+    sent = sum(r.sent for r in reports)
+    merged = AnswerReport(
+        **{f.name: getattr(first, f.name) for f in fields(StageReport)},
+        answer_mass=answer_mass.summarize(distinct.filter(pl.col("answer_mass").is_not_null()).select("kind", "answer_mass")),
+    )
+    merged.needed = distinct.height
+    merged.sent = sent
+    merged.cached = max(0, distinct.height - sent)
+    merged.failed = sum(r.failed for r in reports)
+    merged.seconds = sum(r.seconds for r in reports)
+    merged.quarantined = [q for r in reports for q in r.quarantined]
+    merged.errors = pa.concat_tables([schema.conform(r.errors, schema.ERRORS) for r in reports])
+    return merged
+
+
+def write_concatenated(url: str, tables: Iterable[pa.Table]) -> None:
+    """One Parquet file of `tables` in order, written a table at a time (never all in memory)
+    and made visible only when complete (a local temp file renamed; one upload elsewhere)."""
+    import pyarrow.parquet as pq
+
+    fs, path = st.filesystem(url)
+    folder = posixpath.dirname(path)
+    local = "file" in ((fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol))
+    target = posixpath.join(folder, f"{st.TMP_PREFIX}{uuid.uuid4().hex}-{posixpath.basename(path)}") if local else path
+    if local:
+        fs.makedirs(folder, exist_ok=True)
+    writer = None
+    try:
+        with fs.open(target, "wb") as sink:
+            for table in tables:
+                if writer is None:
+                    writer = pq.ParquetWriter(sink, table.schema, compression="zstd")
+                writer.write_table(table)
+            if writer is not None:
+                writer.close()
+        if local:
+            fs.mv(target, path)
+    finally:
+        if local and fs.exists(target):
+            fs.rm(target)
+
+
+def remove_scratch(out_dir: str) -> None:
+    """Delete the per-window scratch folder (also left by a killed run: the next one removes it)."""
+    fs, path = st.filesystem(f"{out_dir}/{WINDOWS_FOLDER}")
+    fs.invalidate_cache(path)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)

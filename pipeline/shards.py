@@ -173,6 +173,39 @@ def _is_local(fs) -> bool:
     return "file" in protocols or "local" in protocols
 
 
+# -- row counts (window planning) ------------------------------------------------------------
+
+# A tar member takes at least 1,024 bytes (a 512-byte header and one 512-byte data block), so a
+# plain tar of size S holds at most S // 1024 samples: an estimate that errs on the side of
+# smaller windows. Compressed tars can hold more (their headers compress well).
+TAR_MIN_BYTES_PER_SAMPLE = 1024
+
+
+def count_rows(shard: Shard) -> tuple[int, bool]:
+    """(rows, exact) of a shard without reading its images: a Parquet file's footer; a local
+    uncompressed tar's member headers (seeking over the data); else an estimate from the size."""
+    fs, path = url_to_fs(shard.uri)
+    if shard.format == "parquet":
+        try:
+            with fs.open(path, "rb") as f:
+                return pq.ParquetFile(f).metadata.num_rows, True
+        except (pa.ArrowInvalid, OSError):
+            return 0, False  # unreadable: reading it records the error; it counts as nothing here
+    if _is_local(fs) and shard.uri.lower().endswith(".tar"):
+        keys = set()
+        try:
+            with tarfile.open(path, mode="r:") as tar:
+                for member in tar:
+                    folder, name = posixpath.split(member.name)
+                    stem, dot, _ = name.partition(".")
+                    if member.isfile() and dot and stem and not name.startswith("."):
+                        keys.add(posixpath.join(folder, stem))
+            return len(keys), True
+        except (tarfile.TarError, EOFError, OSError):
+            return 0, False
+    return max(1, shard.size // TAR_MIN_BYTES_PER_SAMPLE), False
+
+
 # -- reading ----------------------------------------------------------------------------------
 
 

@@ -3,7 +3,8 @@
 Each model stage runs on Ray Data and writes content-addressed parts to the shared store;
 the CPU stages in between (dedup, joins, formulas, statistics) run on the driver with
 polars. Rerunning the same command recomputes nothing that was written, and a run killed
-at any moment resumes where it stopped.
+at any moment resumes where it stopped. A sweep of more than `window_items` items scores
+them a window at a time (`pipeline.scoring.score_items_windowed`), writing the same files.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from pipeline import store as st
 from pipeline.config import ResolvedConfig, check_benchmark_folders
 from pipeline.lease import Lease
 from pipeline.runtime import MemoryLimits, ensure_ray, git_commit, library_versions
-from pipeline.scoring import Timings, score_items_all_backbones
+from pipeline.scoring import Timings, remove_scratch, score_items_windowed
 from pipeline.stages import ingest
 from pipeline.stages.engine_stage import StageReport
 
@@ -65,6 +66,7 @@ def _run(cfg: ResolvedConfig, lease: Lease) -> RunResult:
     error_tables: list[pa.Table] = []
     t_start = time.perf_counter()
     ensure_ray(s.compute.address, s.compute.num_cpus, s.compute.progress_bars, MemoryLimits.from_compute(s.compute))
+    remove_scratch(result.run_dir)  # a killed windowed run's scratch is not an output of this one
 
     # -- ingest ----------------------------------------------------------------------------
     with clock("ingest"):
@@ -78,8 +80,8 @@ def _run(cfg: ResolvedConfig, lease: Lease) -> RunResult:
     result.counts["unique_captions"] = items["caption"].n_unique()
     result.counts["unique_images"] = items["image_hash"].n_unique()
 
-    # -- questions, answers, scores (shared with curation) ----------------------------------
-    scored = score_items_all_backbones(items, shipped_questions, cfg, result.run_dir, result.timings)
+    # -- questions, answers, scores (shared with curation), in windows of items ---------------
+    scored = score_items_windowed(items, shipped_questions, cfg, result.run_dir, result.timings)
     result.reports += scored.reports
     error_tables += scored.errors
     result.scores = scored.scores

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from curation_shards import pair_rows, tar_samples, write_parquet, write_tar
@@ -15,8 +16,8 @@ from killing import kill_when, settled
 
 from operators import schema
 from pipeline.config import ConfigError
-from pipeline.curation import load_curation_config, plan_windows, run_curation
-from pipeline.shards import Shard
+from pipeline.curation import histogram_png, load_curation_config, plan_windows, run_curation, run_histogram, shard_row_counts
+from pipeline.shards import Shard, count_rows, discover
 from pipeline.store import PartStore
 
 REPO = Path(__file__).resolve().parent.parent
@@ -53,7 +54,48 @@ def test_plan_windows_bounds_shards_and_bytes():
     assert plan_windows([], 2, 1.0) == []
 
 
-@pytest.mark.parametrize("override", ["window_shards=0", "window_gb=0"])
+def test_plan_windows_bounds_pairs():
+    shards = [Shard(uri=f"/s/{i}.parquet", size=1, version="v", format="parquet") for i in range(5)]
+    rows = {s.uri: n for s, n in zip(shards, [40, 70, 30, 200, 10], strict=True)}
+    sizes = lambda ws: [len(w) for w in ws]  # noqa: E731
+    # tiny files holding many rows: bytes alone would put them in one window
+    assert sizes(plan_windows(shards, None, 1.0, 100, rows)) == [1, 2, 1, 1]  # 40 | 70+30 | 200 (over: alone) | 10
+    assert sizes(plan_windows(shards, 2, None, 1000, rows)) == [2, 2, 1]  # every limit applies
+    with pytest.raises(ValueError, match="row counts"):
+        plan_windows(shards, None, None, 100)
+
+
+def test_row_counts_come_from_footers_and_tar_headers(tmp_path):
+    write_inputs(tmp_path)
+    write_tar(tmp_path / "in" / "d.tar.gz", tar_samples(range(40, 45)))
+    found = {Path(s.uri).name: s for s in discover([f"{tmp_path}/in/"])}
+    assert count_rows(found["a.parquet"]) == (12, True)
+    assert count_rows(found["b.tar"]) == (12, True)  # members grouped by key: png + txt are one row
+    rows, exact = count_rows(found["d.tar.gz"])  # compressed: estimated from the size, and said so
+    assert not exact and rows >= 1
+    assert shard_row_counts([found["a.parquet"], found["c.parquet"]]) == {found["a.parquet"].uri: 12, found["c.parquet"].uri: 12}
+
+
+def test_run_histogram_counts_every_scored_row_once(ray_session, tmp_path):
+    write_inputs(tmp_path)
+    cfg = config(tmp_path, "window_pairs=12", "min_score=0.3")
+    result = run_curation(cfg)
+    assert len(list((tmp_path / "curation" / "smoke" / "runs" / result.run_id / "windows").iterdir())) == 3
+    counts, edges = run_histogram(result.output, result.shards, "depict")
+    decisions = pl.concat([pl.read_parquet(tmp_path / "curation" / "smoke" / "decisions" / f"{s.shard_id}.parquet") for s in result.shards])
+    scored = decisions.filter(pl.col("error").is_null())["score_depict"]
+    assert int(counts.sum()) == scored.len() == 36  # pair 3 twice: two input rows
+    assert counts.tolist() == np.histogram(scored.to_numpy(), bins=len(counts), range=(edges[0], edges[-1]))[0].tolist()
+    assert histogram_png(scored.to_list(), result_rule(cfg), result.shards).startswith(b"\x89PNG")
+
+
+def result_rule(cfg):
+    from pipeline.curation import Rule
+
+    return Rule.from_config(cfg.sweep)
+
+
+@pytest.mark.parametrize("override", ["window_shards=0", "window_gb=0", "window_pairs=0"])
 def test_bad_window_settings_are_config_errors(tmp_path, override):
     with pytest.raises(ConfigError, match=override.split("=")[0]):
         config(tmp_path, override)
