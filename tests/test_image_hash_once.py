@@ -84,3 +84,31 @@ def test_benchmark_images_are_hashed_once_per_file_version(tmp_path, ray_session
     third, report = ingest.hash_item_images(items, cache_url=cache)
     assert report.sent == 2
     assert third["image_hash"].to_list()[1] == image_hash(image_bytes(99) + b"\0" * 10)
+
+
+def test_the_hash_cache_is_read_only_for_this_inputs_files(tmp_path, ray_session, monkeypatch):
+    """A night reads the cache entries of its own files, not every file any past night hashed."""
+    from pipeline.store import PartStore
+
+    old = []
+    for i in range(6):
+        f = tmp_path / "old" / f"{i}.png"
+        f.parent.mkdir(exist_ok=True)
+        f.write_bytes(image_bytes(i))
+        old.append(str(f))
+    cache = str(tmp_path / "store" / "image_hashes")
+    ingest.hash_item_images(items_frame(old), cache_url=cache)  # a past night: six cache entries
+    reads = []
+    real_read = PartStore.read
+
+    def spy(self, columns=None, *, keys=None):
+        out = real_read(self, columns, keys=keys)
+        if self.url == cache:
+            reads.append((None if keys is None else len(keys), out.num_rows))
+        return out
+
+    monkeypatch.setattr(PartStore, "read", spy)
+    tonight, report = ingest.hash_item_images(items_frame(old[:2]), cache_url=cache)
+    assert report.cached == 2 and report.sent == 0
+    assert reads == [(2, 2)]  # two keys asked, two rows read: the other four entries stay unread
+    assert tonight["image_hash"].to_list() == [image_hash(image_bytes(i)) for i in (0, 1)]

@@ -98,7 +98,8 @@ def hash_item_images(items: pl.DataFrame, rows_per_task: int = 64, cache_url: st
     cache = PartStore(cache_url, HASH_CACHE) if cache_url else None
     if cache is not None and uris.height:
         uris = uris.with_columns(key=pl.Series(hash_cache_keys(uris["image_uri"].to_list()), dtype=pl.String))
-        stored = pl.from_arrow(cache.read(["key", "image_hash"]))
+        wanted = pa.array(uris["key"].drop_nulls().unique().to_list(), pa.string())  # this input's files only, not the whole cache
+        stored = pl.from_arrow(cache.read(["key", "image_hash"], keys=wanted))
         hits = uris.join(stored, on="key", how="inner")
         cached = hits.select("image_uri", "image_hash", error=pl.lit(None, pl.String))
         uris = uris.join(hits.select("key"), on="key", how="anti", nulls_equal=False)
