@@ -24,6 +24,11 @@ from pipeline.stats.correlation import check_pair
 from pipeline.stats.dominance import QuadrantCounts
 from pipeline.stats.statistic import Statistic, naive_jackknife
 
+try:  # scipy's compiled discordant-pair count (the Fenwick tree inside kendalltau); private API
+    from scipy.stats._stats import _kendall_dis
+except ImportError:  # pragma: no cover - a scipy without it uses the numpy merge-sort tree
+    _kendall_dis = None
+
 _MAX_GROUP_PAIRS = 20_000_000  # beyond this many within-group pairs, jackknife by recomputation
 
 
@@ -153,6 +158,72 @@ class _SignProducts:
         return q + (total - gex - gey + q + e1 + e2 + e3) - (gx - q - e2) - (gy - q - e1)
 
 
+def _tied_pairs(weights: np.ndarray, codes: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Pairs of the weighted sample tied in one variable: sum over values of W_v (W_v - 1) / 2."""
+    order = np.argsort(codes, kind="stable")
+    per_value = np.add.reduceat(weights[:, order], np.concatenate([[0], np.cumsum(count)[:-1]]), axis=1)
+    return np.sum(per_value * (per_value - 1), axis=1) / 2
+
+
+class _KendallResamples:
+    """Kendall's S and tie counts of integer resamples, one compiled O(N log D) pass per resample.
+
+    Why this is fast. Items sorted once by (r, t) with ascending t inside each run of equal r:
+    then every inversion of the t sequence (an earlier item with a larger t) is a discordant
+    pair, and every discordant pair is one. A resample's expanded sample in that order is the
+    t sequence repeated by multiplicity (`np.repeat`, no sort), and scipy's `_kendall_dis`
+    (kendalltau's Fenwick tree over t, compiled) counts its inversions in O(N log D_t). The
+    tree runs over whichever variable has fewer distinct values (human ratings, usually).
+    Tied pairs come from weights summed per distinct value and per distinct (x, y) pair,
+    batched over resamples; then S = pairs - ties_x - ties_y + ties_xy - 2 * discordant, as
+    in scipy. Every count is an integer below 2**53, so S equals the merge-sort-tree sum exactly.
+    """
+
+    def __init__(self, cx: np.ndarray, cy: np.ndarray, groups: np.ndarray):
+        self.swap = int(cy.max()) > int(cx.max())  # dense codes: the tree over x if x has fewer values
+        runs, tree = (cy, cx) if self.swap else (cx, cy)
+        order = np.lexsort((tree, runs))
+        self.item_groups = groups[order]
+        runs, self.tree = runs[order], (tree[order] + 1).astype(np.intp)  # tree values 1-based
+        new_pair = np.append(True, (runs[1:] != runs[:-1]) | (self.tree[1:] != self.tree[:-1]))
+        self.pair_starts = np.flatnonzero(new_pair)  # first item of each distinct (r, t) pair
+        pair_runs, pair_tree = runs[self.pair_starts], self.tree[self.pair_starts]
+        self.run_starts = np.flatnonzero(np.append(True, pair_runs[1:] != pair_runs[:-1]))  # among pairs
+        self.by_tree = np.argsort(pair_tree, kind="stable")
+        sorted_tree = pair_tree[self.by_tree]
+        self.tree_starts = np.flatnonzero(np.append(True, sorted_tree[1:] != sorted_tree[:-1]))
+        self.positions = np.arange(0, dtype=np.intp)  # distinct "x" per expanded item, grown on demand
+        self.count_inversions = _kendall_dis
+
+    @staticmethod
+    def accepts(counts: np.ndarray) -> bool:
+        """Non-negative integer multiplicities (resamples, jackknife rows); others take the general path."""
+        return bool(counts.size and np.all(counts >= 0) and np.all(counts == np.round(counts)) and counts.sum(axis=1).max() < 2**31)
+
+    def __call__(self, counts: np.ndarray):
+        weights = np.take(counts.astype(np.intp), self.item_groups, axis=1)  # (batch, items) in (r, t) order
+        per_pair = np.add.reduceat(weights, self.pair_starts, axis=1)
+        per_run = np.add.reduceat(per_pair, self.run_starts, axis=1)
+        per_tree = np.add.reduceat(per_pair[:, self.by_tree], self.tree_starts, axis=1)
+        discordant = np.array([self._inversions(np.repeat(self.tree, row)) for row in weights], dtype=np.float64)
+        total = weights.sum(axis=1).astype(np.float64)
+        ties_runs, ties_tree, ties_both = _pairs_within(per_run), _pairs_within(per_tree), _pairs_within(per_pair)
+        s = total * (total - 1) / 2 - ties_runs - ties_tree + ties_both - 2 * discordant
+        ties_x, ties_y = (ties_tree, ties_runs) if self.swap else (ties_runs, ties_tree)
+        return s, total, ties_x, ties_y
+
+    def _inversions(self, sequence: np.ndarray) -> int:
+        if sequence.size < 2:
+            return 0
+        if self.positions.size < sequence.size:
+            self.positions = np.arange(2 * sequence.size, dtype=np.intp)
+        return int(self.count_inversions(self.positions[: sequence.size], sequence))
+
+
+def _pairs_within(per_value: np.ndarray) -> np.ndarray:
+    """Pairs inside each value's class, summed per row: sum W (W - 1) / 2, exact in int64."""
+    return (np.sum(per_value * (per_value - 1), axis=1) // 2).astype(np.float64)
+
 def srcc_statistic(metric, human, groups: np.ndarray) -> Statistic:
     """SRCC of `metric` with `human` on the items of the resampled groups (`groups`: item -> code)."""
     metric, human = check_pair(metric, human)
@@ -211,19 +282,20 @@ def kendall_statistic(metric, human, groups: np.ndarray) -> Statistic:
     cx, count_x = _codes(metric)
     cy, count_y = _codes(human)
     signs = _SignProducts(cx, cy, cx, cy)  # per item: sum_i sgn(x_i - x_j) sgn(y_i - y_j)
-    order_x, order_y = np.argsort(cx, kind="stable"), np.argsort(cy, kind="stable")
-    starts_x = np.searchsorted(cx[order_x], np.arange(count_x.size))
-    starts_y = np.searchsorted(cy[order_y], np.arange(count_y.size))
+    resamples = _KendallResamples(cx, cy, groups) if _kendall_dis is not None else None
+
+    def weighted_s(weights: np.ndarray) -> np.ndarray:
+        """S on any item weights (also fractional ones): merge-sort-tree sums, O(log^2 N) passes."""
+        return 0.5 * np.sum(weights * signs.sums(weights), axis=1)
 
     def statistic(counts: np.ndarray) -> np.ndarray:
-        weights = counts[:, groups]
-        total = weights.sum(axis=1)
-        per_x = np.add.reduceat(weights[:, order_x], starts_x, axis=1)  # weight of each distinct value
-        per_y = np.add.reduceat(weights[:, order_y], starts_y, axis=1)
-        s = 0.5 * np.sum(weights * signs.sums(weights), axis=1)
+        if resamples is not None and resamples.accepts(counts):
+            s, total, ties_x, ties_y = resamples(counts)
+        else:
+            weights = counts[:, groups]
+            s, total = weighted_s(weights), weights.sum(axis=1)
+            ties_x, ties_y = _tied_pairs(weights, cx, count_x), _tied_pairs(weights, cy, count_y)
         pairs_all = total * (total - 1) / 2
-        ties_x = np.sum(per_x * (per_x - 1), axis=1) / 2
-        ties_y = np.sum(per_y * (per_y - 1), axis=1) / 2
         with np.errstate(invalid="ignore", divide="ignore"):
             return s / np.sqrt(pairs_all - ties_x) / np.sqrt(pairs_all - ties_y)
 
