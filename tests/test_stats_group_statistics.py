@@ -237,3 +237,24 @@ def test_scipy_discordant_count_is_available_and_counts_inversions():
     sequence = rng.integers(1, 6, 200).astype(np.intp)
     expected = int(np.sum(np.triu(sequence[:, None] > sequence[None, :], 1)))
     assert group_statistics._kendall_dis(np.arange(200, dtype=np.intp), sequence) == expected
+
+
+def _average_ranks(values, weights):
+    below = (weights[None, :] * (values[None, :] < values[:, None])).sum(axis=1)
+    return below + ((weights[None, :] * (values[None, :] == values[:, None])).sum(axis=1) + 1) / 2
+
+
+def test_srcc_with_fractional_weights_is_the_weighted_pearson_of_average_ranks():
+    # Not resamples, but the statistic is defined for any weights: an item's average rank is
+    # the weight strictly below its value plus (its value's weight + 1) / 2; brute force here.
+    rng = np.random.default_rng(8)
+    metric, human, groups = _tied_data(8, n_groups=20)
+    counts = rng.random((4, groups.max() + 1)) * 3
+    values = srcc_statistic(metric, human, groups)(counts)
+    for row, value in zip(counts, values):
+        w = row[groups]
+
+        centre = (w.sum() + 1) / 2
+        dx, dy = _average_ranks(metric, w) - centre, _average_ranks(human, w) - centre
+        expected = (w * dx * dy).sum() / np.sqrt((w * dx * dx).sum() * (w * dy * dy).sum())
+        assert value == pytest.approx(expected, rel=1e-12)

@@ -32,32 +32,42 @@ except ImportError:  # pragma: no cover - a scipy without it uses the numpy merg
 _MAX_GROUP_PAIRS = 20_000_000  # beyond this many within-group pairs, jackknife by recomputation
 
 
-class _AverageRanks:
-    """Average ranks (ties share the mean rank) of one variable under any item weights."""
+class _JointClasses:
+    """Items sorted once by (r, t); per batch of weights, the weight of each distinct value and pair.
 
-    def __init__(self, values: np.ndarray):
-        self.order = np.argsort(values, kind="stable")
-        ordered = values[self.order]
-        is_last = np.append(ordered[1:] != ordered[:-1], True)
-        self.last = np.flatnonzero(is_last)  # sorted position of the last item of each distinct value
-        tie_group = np.concatenate([[0], np.cumsum(is_last)[:-1]])
-        self.item_group = np.empty(values.size, dtype=np.int64)
-        self.item_group[self.order] = tie_group
+    r and t are dense codes of the two variables. After one sort by (r, t), the items of each
+    distinct r value are a run, and inside it the items of each distinct (r, t) pair are a run
+    too, so a resample's class weights are `np.add.reduceat` over the sorted weights: one
+    gather and one pass over the items, then work on the (usually far fewer) classes.
+    """
 
-    def __call__(self, weights: np.ndarray) -> np.ndarray:
-        ends = np.cumsum(weights[:, self.order], axis=1)[:, self.last]
-        starts = np.concatenate([np.zeros((weights.shape[0], 1)), ends[:, :-1]], axis=1)
-        return ((starts + ends + 1.0) / 2.0)[:, self.item_group]
+    def __init__(self, cr: np.ndarray, ct: np.ndarray, groups: np.ndarray):
+        order = np.lexsort((ct, cr))
+        self.item_groups = groups[order]
+        self.runs, self.tree = cr[order], ct[order]
+        new_pair = np.append(True, (self.runs[1:] != self.runs[:-1]) | (self.tree[1:] != self.tree[:-1]))
+        self.pair_starts = np.flatnonzero(new_pair)  # first item of each distinct (r, t) pair
+        pair_runs = self.runs[self.pair_starts]
+        self.pair_t = self.tree[self.pair_starts]  # t code of each pair (codes are dense, 0-based)
+        self.run_starts = np.flatnonzero(np.append(True, pair_runs[1:] != pair_runs[:-1]))  # among pairs
+        self.by_t = np.argsort(self.pair_t, kind="stable")
+        self.t_starts = np.flatnonzero(np.append(True, np.diff(self.pair_t[self.by_t]) != 0))
+
+    def weights(self, counts: np.ndarray, dtype=np.float64) -> np.ndarray:
+        """Item weights (batch, items) in (r, t) order from group multiplicities."""
+        return np.take(counts.astype(dtype), self.item_groups, axis=1)
+
+    def per_class(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Weights per distinct (r, t) pair, per r value and per t value, in code order."""
+        per_pair = np.add.reduceat(weights, self.pair_starts, axis=1)
+        per_r = np.add.reduceat(per_pair, self.run_starts, axis=1)
+        per_t = np.add.reduceat(per_pair[:, self.by_t], self.t_starts, axis=1)
+        return per_pair, per_r, per_t
 
 
-def _weighted_rank_correlation(rank_x: np.ndarray, rank_y: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Pearson correlation of average ranks with item weights: Spearman on the expanded sample."""
-    total = weights.sum(axis=1, keepdims=True)
-    centre = (total + 1.0) / 2.0  # the mean of average ranks 1..N is always (N + 1) / 2
-    dx, dy = rank_x - centre, rank_y - centre
-    wdx = weights * dx
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (wdx * dy).sum(axis=1) / np.sqrt((wdx * dx).sum(axis=1) * (weights * dy * dy).sum(axis=1))
+def _centred_ranks(per_value: np.ndarray, centre: np.ndarray) -> np.ndarray:
+    """Average rank minus the centre for each distinct value, from its weight (values in order)."""
+    return np.cumsum(per_value, axis=1) - (per_value - 1.0) / 2.0 - centre
 
 
 class _Pairs:
@@ -181,17 +191,8 @@ class _KendallResamples:
 
     def __init__(self, cx: np.ndarray, cy: np.ndarray, groups: np.ndarray):
         self.swap = int(cy.max()) > int(cx.max())  # dense codes: the tree over x if x has fewer values
-        runs, tree = (cy, cx) if self.swap else (cx, cy)
-        order = np.lexsort((tree, runs))
-        self.item_groups = groups[order]
-        runs, self.tree = runs[order], (tree[order] + 1).astype(np.intp)  # tree values 1-based
-        new_pair = np.append(True, (runs[1:] != runs[:-1]) | (self.tree[1:] != self.tree[:-1]))
-        self.pair_starts = np.flatnonzero(new_pair)  # first item of each distinct (r, t) pair
-        pair_runs, pair_tree = runs[self.pair_starts], self.tree[self.pair_starts]
-        self.run_starts = np.flatnonzero(np.append(True, pair_runs[1:] != pair_runs[:-1]))  # among pairs
-        self.by_tree = np.argsort(pair_tree, kind="stable")
-        sorted_tree = pair_tree[self.by_tree]
-        self.tree_starts = np.flatnonzero(np.append(True, sorted_tree[1:] != sorted_tree[:-1]))
+        self.classes = _JointClasses(cy, cx, groups) if self.swap else _JointClasses(cx, cy, groups)
+        self.tree = (self.classes.tree + 1).astype(np.intp)  # the t sequence, 1-based for the tree
         self.positions = np.arange(0, dtype=np.intp)  # distinct "x" per expanded item, grown on demand
         self.count_inversions = _kendall_dis
 
@@ -201,13 +202,11 @@ class _KendallResamples:
         return bool(counts.size and np.all(counts >= 0) and np.all(counts == np.round(counts)) and counts.sum(axis=1).max() < 2**31)
 
     def __call__(self, counts: np.ndarray):
-        weights = np.take(counts.astype(np.intp), self.item_groups, axis=1)  # (batch, items) in (r, t) order
-        per_pair = np.add.reduceat(weights, self.pair_starts, axis=1)
-        per_run = np.add.reduceat(per_pair, self.run_starts, axis=1)
-        per_tree = np.add.reduceat(per_pair[:, self.by_tree], self.tree_starts, axis=1)
+        weights = self.classes.weights(counts, np.intp)
+        per_pair, per_runs, per_tree = self.classes.per_class(weights)
         discordant = np.array([self._inversions(np.repeat(self.tree, row)) for row in weights], dtype=np.float64)
         total = weights.sum(axis=1).astype(np.float64)
-        ties_runs, ties_tree, ties_both = _pairs_within(per_run), _pairs_within(per_tree), _pairs_within(per_pair)
+        ties_runs, ties_tree, ties_both = _pairs_within(per_runs), _pairs_within(per_tree), _pairs_within(per_pair)
         s = total * (total - 1) / 2 - ties_runs - ties_tree + ties_both - 2 * discordant
         ties_x, ties_y = (ties_tree, ties_runs) if self.swap else (ties_runs, ties_tree)
         return s, total, ties_x, ties_y
@@ -224,15 +223,23 @@ def _pairs_within(per_value: np.ndarray) -> np.ndarray:
     """Pairs inside each value's class, summed per row: sum W (W - 1) / 2, exact in int64."""
     return (np.sum(per_value * (per_value - 1), axis=1) // 2).astype(np.float64)
 
+
 def srcc_statistic(metric, human, groups: np.ndarray) -> Statistic:
     """SRCC of `metric` with `human` on the items of the resampled groups (`groups`: item -> code)."""
     metric, human = check_pair(metric, human)
     groups = np.asarray(groups, dtype=np.int64)
-    rank_metric, rank_human = _AverageRanks(metric), _AverageRanks(human)
+    classes = _JointClasses(_codes(metric)[0], _codes(human)[0], groups)
 
     def statistic(counts: np.ndarray) -> np.ndarray:
-        weights = counts[:, groups]
-        return _weighted_rank_correlation(rank_metric(weights), rank_human(weights), weights)
+        # Spearman on the expanded sample = Pearson of average ranks, which depend only on the
+        # value: sums over distinct values and (metric, human) pairs, not over items.
+        per_pair, per_x, per_y = classes.per_class(classes.weights(counts))
+        centre = (per_x.sum(axis=1, keepdims=True) + 1.0) / 2.0  # mean of average ranks 1..N
+        dx, dy = _centred_ranks(per_x, centre), _centred_ranks(per_y, centre)
+        along_x = np.add.reduceat(per_pair * dy[:, classes.pair_t], classes.run_starts, axis=1)
+        sxy = np.sum(along_x * dx, axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return sxy / np.sqrt(np.sum(per_x * dx * dx, axis=1) * np.sum(per_y * dy * dy, axis=1))
 
     def leave_one_out() -> np.ndarray:
         n_groups = int(groups.max()) + 1
