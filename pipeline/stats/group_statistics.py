@@ -18,7 +18,7 @@ sums only. All is O((N + sum of squared group sizes) log^2 N) instead of O(N x n
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
+from scipy import sparse, stats
 
 from pipeline.stats.correlation import check_pair
 from pipeline.stats.dominance import QuadrantCounts
@@ -33,12 +33,13 @@ _MAX_GROUP_PAIRS = 20_000_000  # beyond this many within-group pairs, jackknife 
 
 
 class _JointClasses:
-    """Items sorted once by (r, t); per batch of weights, the weight of each distinct value and pair.
+    """Items sorted once by (r, t); per batch of resamples, the weight of each distinct value and pair.
 
     r and t are dense codes of the two variables. After one sort by (r, t), the items of each
     distinct r value are a run, and inside it the items of each distinct (r, t) pair are a run
-    too, so a resample's class weights are `np.add.reduceat` over the sorted weights: one
-    gather and one pass over the items, then work on the (usually far fewer) classes.
+    too, so class weights are `np.add.reduceat` over the sorted item weights, or the weights
+    themselves when every class is a single item (a continuous metric). Weights per t value
+    come straight from the group multiplicities through a sparse (group x t value) count.
     """
 
     def __init__(self, cr: np.ndarray, ct: np.ndarray, groups: np.ndarray):
@@ -50,19 +51,33 @@ class _JointClasses:
         pair_runs = self.runs[self.pair_starts]
         self.pair_t = self.tree[self.pair_starts]  # t code of each pair (codes are dense, 0-based)
         self.run_starts = np.flatnonzero(np.append(True, pair_runs[1:] != pair_runs[:-1]))  # among pairs
-        self.by_t = np.argsort(self.pair_t, kind="stable")
-        self.t_starts = np.flatnonzero(np.append(True, np.diff(self.pair_t[self.by_t]) != 0))
+        self.single_pairs = self.pair_starts.size == cr.size  # every (r, t) pair is one item
+        self.single_runs = self.run_starts.size == self.pair_starts.size  # every r value is one pair
+        n_groups = int(groups.max()) + 1
+        self.group_sizes = np.bincount(groups, minlength=n_groups).astype(np.float64)
+        self.t_per_group = sparse.csr_matrix((np.ones(ct.size), (groups, ct)), shape=(n_groups, int(ct.max()) + 1))
+        self.t_per_group.sum_duplicates()
 
     def weights(self, counts: np.ndarray, dtype=np.float64) -> np.ndarray:
         """Item weights (batch, items) in (r, t) order from group multiplicities."""
         return np.take(counts.astype(dtype), self.item_groups, axis=1)
 
-    def per_class(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def per_class(self, counts: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Weights per distinct (r, t) pair, per r value and per t value, in code order."""
-        per_pair = np.add.reduceat(weights, self.pair_starts, axis=1)
-        per_r = np.add.reduceat(per_pair, self.run_starts, axis=1)
-        per_t = np.add.reduceat(per_pair[:, self.by_t], self.t_starts, axis=1)
+        per_pair = weights if self.single_pairs else np.add.reduceat(weights, self.pair_starts, axis=1)
+        per_r = per_pair if self.single_runs else np.add.reduceat(per_pair, self.run_starts, axis=1)
+        per_t = np.asarray(counts.astype(np.float64) @ self.t_per_group)
         return per_pair, per_r, per_t
+
+    def pairs_within(self, counts: np.ndarray, per_value: np.ndarray, single: bool) -> np.ndarray:
+        """Pairs of the resample tied inside a class, sum W (W - 1) / 2; exact (integers < 2**53).
+
+        When every class is one item, W is its group's multiplicity c: sum over groups instead.
+        """
+        if single:
+            counts = counts.astype(np.float64)
+            return (counts * (counts - 1.0)) @ self.group_sizes / 2
+        return (np.sum(per_value * (per_value - 1), axis=1) // 2).astype(np.float64)
 
 
 def _centred_ranks(per_value: np.ndarray, centre: np.ndarray) -> np.ndarray:
@@ -202,11 +217,14 @@ class _KendallResamples:
         return bool(counts.size and np.all(counts >= 0) and np.all(counts == np.round(counts)) and counts.sum(axis=1).max() < 2**31)
 
     def __call__(self, counts: np.ndarray):
-        weights = self.classes.weights(counts, np.intp)
-        per_pair, per_runs, per_tree = self.classes.per_class(weights)
+        classes = self.classes
+        weights = classes.weights(counts, np.intp)
+        per_pair, per_runs, per_tree = classes.per_class(counts, weights)
         discordant = np.array([self._inversions(np.repeat(self.tree, row)) for row in weights], dtype=np.float64)
-        total = weights.sum(axis=1).astype(np.float64)
-        ties_runs, ties_tree, ties_both = _pairs_within(per_runs), _pairs_within(per_tree), _pairs_within(per_pair)
+        total = counts @ classes.group_sizes
+        ties_both = classes.pairs_within(counts, per_pair, classes.single_pairs)
+        ties_runs = ties_both if classes.single_runs else classes.pairs_within(counts, per_runs, False)
+        ties_tree = classes.pairs_within(counts, per_tree, False)
         s = total * (total - 1) / 2 - ties_runs - ties_tree + ties_both - 2 * discordant
         ties_x, ties_y = (ties_tree, ties_runs) if self.swap else (ties_runs, ties_tree)
         return s, total, ties_x, ties_y
@@ -219,11 +237,6 @@ class _KendallResamples:
         return int(self.count_inversions(self.positions[: sequence.size], sequence))
 
 
-def _pairs_within(per_value: np.ndarray) -> np.ndarray:
-    """Pairs inside each value's class, summed per row: sum W (W - 1) / 2, exact in int64."""
-    return (np.sum(per_value * (per_value - 1), axis=1) // 2).astype(np.float64)
-
-
 def srcc_statistic(metric, human, groups: np.ndarray) -> Statistic:
     """SRCC of `metric` with `human` on the items of the resampled groups (`groups`: item -> code)."""
     metric, human = check_pair(metric, human)
@@ -233,10 +246,12 @@ def srcc_statistic(metric, human, groups: np.ndarray) -> Statistic:
     def statistic(counts: np.ndarray) -> np.ndarray:
         # Spearman on the expanded sample = Pearson of average ranks, which depend only on the
         # value: sums over distinct values and (metric, human) pairs, not over items.
-        per_pair, per_x, per_y = classes.per_class(classes.weights(counts))
+        per_pair, per_x, per_y = classes.per_class(counts, classes.weights(counts))
         centre = (per_x.sum(axis=1, keepdims=True) + 1.0) / 2.0  # mean of average ranks 1..N
         dx, dy = _centred_ranks(per_x, centre), _centred_ranks(per_y, centre)
-        along_x = np.add.reduceat(per_pair * dy[:, classes.pair_t], classes.run_starts, axis=1)
+        along_x = per_pair * dy[:, classes.pair_t]
+        if not classes.single_runs:
+            along_x = np.add.reduceat(along_x, classes.run_starts, axis=1)
         sxy = np.sum(along_x * dx, axis=1)
         with np.errstate(invalid="ignore", divide="ignore"):
             return sxy / np.sqrt(np.sum(per_x * dx * dx, axis=1) * np.sum(per_y * dy * dy, axis=1))
