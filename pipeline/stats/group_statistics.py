@@ -16,12 +16,13 @@ quadrant count per item) and regains the pairs inside the group. Pearson needs p
 sums only. All is O((N + sum of squared group sizes) log^2 N) instead of O(N x n_groups).
 
 Why the resamples are cheap (2,000 of them per interval). Both rank statistics sort the
-items once by (metric, human) (`_JointClasses`); a resample's weight per distinct value
+items once by the two variables (`_JointClasses`); a resample's weight per distinct value
 and per distinct (metric, human) pair is then one gather and a segment sum, and average
 ranks are prefix sums over distinct values, so SRCC never sorts or ranks per resample.
-Kendall's discordant pairs of a resample are the inversions of the human codes repeated by
-multiplicity in that order (the variable with fewer distinct values), counted by scipy's compiled Fenwick tree (`_KendallResamples`).
-On integer multiplicities every count is an exact integer, so values equal the per-item
+Kendall's discordant pairs of a resample are the inversions, in that order, of the second
+variable's codes repeated by multiplicity, counted by scipy's compiled Fenwick tree
+(`_KendallResamples`; the second variable is the one with fewer distinct values). On
+integer multiplicities every count is an exact integer, so values equal the per-item
 formulas bit for bit; fractional weights use the merge-sort-tree sums (`_SignProducts`).
 """
 from __future__ import annotations
