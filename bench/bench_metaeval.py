@@ -80,7 +80,10 @@ def main() -> None:
     parser.add_argument("--baseline", default=None, help="another checkout: run the same benchmark on its code first")
     args = parser.parse_args()
     if args.baseline:
-        here = [a for i, a in enumerate(sys.argv[1:]) if a != "--baseline" and (i == 0 or sys.argv[i] != "--baseline")]
+        here = [
+            a for i, a in enumerate(sys.argv[1:])
+            if a != "--baseline" and not a.startswith("--baseline=") and sys.argv[i] != "--baseline"
+        ]  # fmt: skip
         for label, root in (("baseline " + args.baseline, args.baseline), ("this checkout", str(Path(__file__).resolve().parents[1]))):
             print(f"== {label}", flush=True)
             environment = dict(os.environ, PYTHONPATH=root)
