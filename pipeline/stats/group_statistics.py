@@ -86,8 +86,13 @@ class _JointClasses:
         """
         if single:
             counts = counts.astype(np.float64)
-            return (counts * (counts - 1.0)) @ self.group_sizes / 2
+            return _times(counts * (counts - 1.0), self.group_sizes) / 2
         return (np.sum(per_value * (per_value - 1), axis=1) // 2).astype(np.float64)
+
+
+def _times(rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
+    """rows @ vector without BLAS: its threads spin and thrash on a busy machine (small product)."""
+    return np.einsum("bg,g->b", rows, vector)
 
 
 def _centred_ranks(per_value: np.ndarray, centre: np.ndarray) -> np.ndarray:
@@ -231,7 +236,7 @@ class _KendallResamples:
         weights = classes.weights(counts, np.intp)
         per_pair, per_runs, per_tree = classes.per_class(counts, weights)
         discordant = np.array([self._inversions(np.repeat(self.tree, row)) for row in weights], dtype=np.float64)
-        total = counts @ classes.group_sizes
+        total = _times(counts, classes.group_sizes)
         ties_both = classes.pairs_within(counts, per_pair, classes.single_pairs)
         ties_runs = ties_both if classes.single_runs else classes.pairs_within(counts, per_runs, False)
         ties_tree = classes.pairs_within(counts, per_tree, False)
