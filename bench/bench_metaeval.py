@@ -17,14 +17,13 @@ machine is shared: compare runs back to back (`--baseline`), not absolute second
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-if importlib.util.find_spec("pipeline") is None:  # a fresh clone without `pip install -e .`
+if not os.environ.get("PYTHONPATH"):  # this checkout's code, not an editable install of another
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
