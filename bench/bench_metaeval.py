@@ -1,24 +1,29 @@
 """Meta-evaluation wall time at 10k and 100k items (prints numbers; not a test).
 
     python bench/bench_metaeval.py [--sizes 10000 100000] [--metrics 3] [--resamples 2000] [--statistics srcc plcc]
+    python bench/bench_metaeval.py --baseline /path/to/other/checkout   # that code first, then this one
 
 Synthetic correlation benchmark shaped like GenAI-Bench (prompts of 6 images, human = mean
 of three 1-5 ratings, many ties), `--metrics` metrics of varying noise (one rounded, so
 the metric ties too), the default correlation protocol (srcc, kendall, pearson, plcc,
 pairwise_acc; group BCa intervals for the first three) and a target-vs-best delta. Prints
-the whole `evaluate` time per size, then one metric's time per statistic at the largest size.
-Before this change (quadratic group-BCa jackknife and pairwise accuracy) 100k items took
-1,509 s in the issue's sweep; compare back to back on the same machine.
+the whole `evaluate` time per size, then at the largest size one metric's time per
+statistic, and for the interval statistics where it goes: point estimate, the bootstrap
+resamples, BCa's leave-one-group-out jackknife (a continuous metric: the first one).
+History: 1,509 s at 100k in the issue's sweep (quadratic jackknife and pairwise accuracy);
+228 s with the default statistics after that (Kendall's resamples ~45 s per metric). The
+machine is shared: compare runs back to back (`--baseline`), not absolute seconds.
 """
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-if importlib.util.find_spec("pipeline") is None:  # a fresh clone without `pip install -e .`
+if not os.environ.get("PYTHONPATH"):  # this checkout's code, not an editable install of another
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
@@ -26,6 +31,7 @@ import polars as pl
 
 from pipeline.config import ProtocolSpec
 from pipeline.metaeval import evaluate
+from pipeline.stats import bootstrap
 
 
 def synthetic(n_items: int, n_metrics: int, seed: int = 0) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -43,13 +49,45 @@ def synthetic(n_items: int, n_metrics: int, seed: int = 0) -> tuple[pl.DataFrame
     return items, pl.DataFrame(columns)
 
 
+def breakdown(size: int, n_resamples: int, names: list[str]) -> None:
+    """Seconds per part of one interval statistic: point estimate, resamples, jackknife."""
+    builders = {"srcc": bootstrap.srcc_statistic, "kendall": bootstrap.kendall_statistic, "pearson": bootstrap.pearson_statistic}
+    items, scores = synthetic(size, 2)  # metric 0 is continuous (with 1 metric it is the rounded one)
+    groups, n_groups = bootstrap.group_codes(items["group_id"].to_numpy())
+    metric, human = scores["depict"].to_numpy(), items["human"].to_numpy()
+    for name in [n for n in names if n in builders]:
+        start = time.perf_counter()
+        statistic = builders[name](metric, human, groups)
+        statistic(np.ones((1, n_groups)))
+        point = time.perf_counter()
+        bootstrap.bootstrap_distribution(statistic, n_groups, n_resamples, 0)
+        resamples = time.perf_counter()
+        statistic.jackknife(n_groups)
+        done = time.perf_counter()
+        print(
+            f"  {name:<8} at {size:,} items: point {point - start:6.2f} s, {n_resamples} resamples "
+            f"{resamples - point:6.2f} s, jackknife {done - resamples:6.2f} s"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--metrics", type=int, default=3)
     parser.add_argument("--resamples", type=int, default=2000)
     parser.add_argument("--statistics", nargs="+", default=None, help="default: the protocol's correlation statistics")
+    parser.add_argument("--baseline", default=None, help="another checkout: run the same benchmark on its code first")
     args = parser.parse_args()
+    if args.baseline:
+        here = [
+            a for i, a in enumerate(sys.argv[1:])
+            if a != "--baseline" and not a.startswith("--baseline=") and sys.argv[i] != "--baseline"
+        ]  # fmt: skip
+        for label, root in (("baseline " + args.baseline, args.baseline), ("this checkout", str(Path(__file__).resolve().parents[1]))):
+            print(f"== {label}", flush=True)
+            environment = dict(os.environ, PYTHONPATH=root)
+            subprocess.run([sys.executable, str(Path(__file__).resolve()), *here], env=environment, check=True)
+        return
     protocol = ProtocolSpec(kind="correlation")
     if args.statistics:
         protocol = ProtocolSpec(kind="correlation", statistics=args.statistics, primary_statistic=args.statistics[0])
@@ -60,13 +98,15 @@ def main() -> None:
         elapsed = time.perf_counter() - start
         print(
             f"metaeval {size:>7,} items, {args.metrics} metrics, {len(protocol.statistics)} statistics, "
-            f"{args.resamples} resamples: {elapsed:7.1f} s ({result.statistics.height} rows, {result.deltas.height} delta)"
+            f"{args.resamples} resamples: {elapsed:7.1f} s ({result.statistics.height} rows, {result.deltas.height} delta)",
+            flush=True,
         )
     items, scores = synthetic(args.sizes[-1], 1)
     for statistic in protocol.statistics:
         start = time.perf_counter()
         evaluate(scores, items, ProtocolSpec(kind="correlation", statistics=[statistic], primary_statistic=statistic), n_resamples=args.resamples)
-        print(f"  one metric at {args.sizes[-1]:,} items, {statistic:<12}: {time.perf_counter() - start:7.1f} s")
+        print(f"  one metric at {args.sizes[-1]:,} items, {statistic:<12}: {time.perf_counter() - start:7.1f} s", flush=True)
+    breakdown(args.sizes[-1], args.resamples, list(protocol.statistics))
 
 
 if __name__ == "__main__":

@@ -1,11 +1,13 @@
 """Kendall tau-b, plain Pearson and SRCC as group statistics; the fast jackknife; BCa == scipy."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from scipy import stats
 
-from pipeline.stats import bootstrap
+from pipeline.stats import bootstrap, group_statistics
 from pipeline.stats.correlation import DegenerateInputWarning, kendall, pearson
 from pipeline.stats.dominance import QuadrantCounts
 from pipeline.stats.group_statistics import kendall_statistic, pearson_statistic, srcc_statistic
@@ -156,3 +158,103 @@ def test_cached_distributions_give_the_same_paired_interval():
     )
     assert reused == fresh
     assert (n_groups, 300, 4) in a.distributions
+
+
+def _expanded_kendall(metric, human, groups, counts_row):
+    picks = np.repeat(np.arange(metric.size), counts_row[groups].astype(int))
+    return stats.kendalltau(metric[picks], human[picks]).statistic
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_kendall_resamples_equal_scipy_on_the_expanded_sample(seed):
+    # Many resamples of data with ties on both sides, unequal groups (1-5 items), and groups
+    # drawn 0..4 times: every value is scipy's tau-b of the expanded sample (NaN where scipy's is).
+    rng = np.random.default_rng(100 + seed)
+    metric, human, groups = _tied_data(seed, n_groups=30)
+    if seed % 2:
+        metric = metric + rng.normal(0, 1e-3, metric.size) * (rng.random(metric.size) < 0.5)  # some distinct
+    n_groups = groups.max() + 1
+    counts = rng.multinomial(n_groups, np.ones(n_groups) / n_groups, size=60).astype(float)
+    counts[0] = 0.0
+    counts[0, :2] = 1.0  # a tiny resample, possibly all tied
+    values = kendall_statistic(metric, human, groups)(counts)
+    expected = []
+    for row in counts:
+        with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            expected.append(_expanded_kendall(metric, human, groups, row))
+    np.testing.assert_allclose(values, expected, rtol=1e-12, atol=1e-15, equal_nan=True)
+
+
+def test_kendall_interval_equals_scipy_bootstrap_of_scipy_kendalltau():
+    # The reference end to end: scipy.stats.bootstrap resampling groups, scipy's kendalltau on
+    # the expanded items, BCa with scipy's own jackknife; same seed, same interval.
+    metric, human, groups = _tied_data(4, n_groups=24)
+    n_groups = groups.max() + 1
+    ours = bootstrap.group_interval(kendall_statistic(metric, human, groups), n_groups, n_resamples=300, seed=3)
+
+    def on_indices(indices, axis=-1):
+        flat = indices.reshape(-1, indices.shape[-1])
+        rows = [_expanded_kendall(metric, human, groups, np.bincount(r, minlength=n_groups)) for r in flat]
+        return np.array(rows).reshape(indices.shape[:-1])
+
+    reference = stats.bootstrap(
+        (np.arange(n_groups),), on_indices, n_resamples=300, batch=bootstrap._BATCH,
+        vectorized=True, method="BCa", rng=np.random.default_rng(3),
+    )  # fmt: skip
+    assert ours.estimate == pytest.approx(stats.kendalltau(metric, human).statistic, rel=1e-12)
+    assert ours.low == pytest.approx(reference.confidence_interval.low, abs=1e-9)
+    assert ours.high == pytest.approx(reference.confidence_interval.high, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_kendall_compiled_resamples_equal_the_merge_sort_tree_path_exactly(seed, monkeypatch):
+    # The fast path (expanded samples counted by scipy's compiled Fenwick tree) must give the
+    # very same floats as the general numpy path; seeds alternate which variable has fewer
+    # distinct values (the tree runs over that one), and include empty and one-item resamples.
+    rng = np.random.default_rng(seed)
+    metric, human, groups = _tied_data(seed, n_groups=40)
+    if seed % 2:
+        metric, human = human, metric + rng.normal(0, 1, metric.size)
+    n_groups = groups.max() + 1
+    counts = rng.multinomial(n_groups, np.ones(n_groups) / n_groups, size=50).astype(float)
+    counts[0] = 0.0
+    counts[1] = 0.0
+    counts[1, 0] = 1.0
+    fast = kendall_statistic(metric, human, groups)
+    monkeypatch.setattr(group_statistics, "_kendall_dis", None)
+    general = kendall_statistic(metric, human, groups)
+    np.testing.assert_array_equal(fast(counts), general(counts))
+    fractional = counts[2:5] * 0.5  # not multiplicities: the general path, still defined
+    np.testing.assert_array_equal(fast(fractional), general(fractional))
+
+
+def test_scipy_discordant_count_is_available_and_counts_inversions():
+    # The fast Kendall resamples rely on scipy's private `_kendall_dis`; if scipy renames or
+    # changes it, this fails loudly instead of the bootstrap silently becoming 10x slower.
+    assert group_statistics._kendall_dis is not None
+    rng = np.random.default_rng(0)
+    sequence = rng.integers(1, 6, 200).astype(np.intp)
+    expected = int(np.sum(np.triu(sequence[:, None] > sequence[None, :], 1)))
+    assert group_statistics._kendall_dis(np.arange(200, dtype=np.intp), sequence) == expected
+
+
+def _average_ranks(values, weights):
+    below = (weights[None, :] * (values[None, :] < values[:, None])).sum(axis=1)
+    return below + ((weights[None, :] * (values[None, :] == values[:, None])).sum(axis=1) + 1) / 2
+
+
+def test_srcc_with_fractional_weights_is_the_weighted_pearson_of_average_ranks():
+    # Not resamples, but the statistic is defined for any weights: an item's average rank is
+    # the weight strictly below its value plus (its value's weight + 1) / 2; brute force here.
+    rng = np.random.default_rng(8)
+    metric, human, groups = _tied_data(8, n_groups=20)
+    counts = rng.random((4, groups.max() + 1)) * 3
+    values = srcc_statistic(metric, human, groups)(counts)
+    for row, value in zip(counts, values):
+        w = row[groups]
+
+        centre = (w.sum() + 1) / 2
+        dx, dy = _average_ranks(metric, w) - centre, _average_ranks(human, w) - centre
+        expected = (w * dx * dy).sum() / np.sqrt((w * dx * dx).sum() * (w * dy * dy).sum())
+        assert value == pytest.approx(expected, rel=1e-12)

@@ -6,8 +6,9 @@ One idea per module:
 - `pairwise`: exact tie-calibrated pairwise accuracy (acc23);
 - `choice`: Winoground text/image/group accuracy and multiple-choice accuracy with tie policies;
 - `bootstrap`: group-resampling BCa intervals, single and paired (equal to scipy.stats.bootstrap);
-- `group_statistics`: SRCC / Kendall / Pearson of group multiplicities, with exact fast
-  leave-one-group-out jackknives (`dominance`: the quadrant counts they need);
+- `group_statistics`: SRCC / Kendall / Pearson of group multiplicities, with resamples in
+  O(N) / O(N log D) each and exact fast leave-one-group-out jackknives (`dominance`: the
+  quadrant counts they need);
 - `diagnostics`: answer distribution and the commitment-weighting gain.
 `pipeline.metaeval` combines them into the statistics / deltas tables.
 """

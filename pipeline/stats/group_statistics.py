@@ -14,45 +14,90 @@ sum_i sgn(x_i - x_j) sgn(y_i - y_l) (`dominance.QuadrantCounts`); the dropped it
 terms are subtracted directly. Kendall's S loses each dropped item's concordance sum (one
 quadrant count per item) and regains the pairs inside the group. Pearson needs per-group
 sums only. All is O((N + sum of squared group sizes) log^2 N) instead of O(N x n_groups).
+
+Why the resamples are cheap (2,000 of them per interval). Both rank statistics sort the
+items once by the two variables (`_JointClasses`); a resample's weight per distinct value
+and per distinct (metric, human) pair is then one gather and a segment sum, and average
+ranks are prefix sums over distinct values, so SRCC never sorts or ranks per resample.
+Kendall's discordant pairs of a resample are the inversions, in that order, of the second
+variable's codes repeated by multiplicity, counted by scipy's compiled Fenwick tree
+(`_KendallResamples`; the second variable is the one with fewer distinct values). On
+integer multiplicities every count is an exact integer, so values equal the per-item
+formulas bit for bit; fractional weights use the merge-sort-tree sums (`_SignProducts`).
 """
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
+from scipy import sparse, stats
 
 from pipeline.stats.correlation import check_pair
 from pipeline.stats.dominance import QuadrantCounts
 from pipeline.stats.statistic import Statistic, naive_jackknife
 
+try:  # scipy's compiled discordant-pair count (the Fenwick tree inside kendalltau); private API
+    from scipy.stats._stats import _kendall_dis
+except ImportError:  # pragma: no cover - a scipy without it uses the numpy merge-sort tree
+    _kendall_dis = None
+
 _MAX_GROUP_PAIRS = 20_000_000  # beyond this many within-group pairs, jackknife by recomputation
 
 
-class _AverageRanks:
-    """Average ranks (ties share the mean rank) of one variable under any item weights."""
+class _JointClasses:
+    """Items sorted once by (r, t); per batch of resamples, the weight of each distinct value and pair.
 
-    def __init__(self, values: np.ndarray):
-        self.order = np.argsort(values, kind="stable")
-        ordered = values[self.order]
-        is_last = np.append(ordered[1:] != ordered[:-1], True)
-        self.last = np.flatnonzero(is_last)  # sorted position of the last item of each distinct value
-        tie_group = np.concatenate([[0], np.cumsum(is_last)[:-1]])
-        self.item_group = np.empty(values.size, dtype=np.int64)
-        self.item_group[self.order] = tie_group
+    r and t are dense codes of the two variables. After one sort by (r, t), the items of each
+    distinct r value are a run, and inside it the items of each distinct (r, t) pair are a run
+    too, so class weights are `np.add.reduceat` over the sorted item weights, or the weights
+    themselves when every class is a single item (a continuous metric). Weights per t value
+    come straight from the group multiplicities through a sparse (group x t value) count.
+    """
 
-    def __call__(self, weights: np.ndarray) -> np.ndarray:
-        ends = np.cumsum(weights[:, self.order], axis=1)[:, self.last]
-        starts = np.concatenate([np.zeros((weights.shape[0], 1)), ends[:, :-1]], axis=1)
-        return ((starts + ends + 1.0) / 2.0)[:, self.item_group]
+    def __init__(self, cr: np.ndarray, ct: np.ndarray, groups: np.ndarray):
+        order = np.lexsort((ct, cr))
+        self.item_groups = groups[order]
+        self.runs, self.tree = cr[order], ct[order]
+        new_pair = np.append(True, (self.runs[1:] != self.runs[:-1]) | (self.tree[1:] != self.tree[:-1]))
+        self.pair_starts = np.flatnonzero(new_pair)  # first item of each distinct (r, t) pair
+        pair_runs = self.runs[self.pair_starts]
+        self.pair_t = self.tree[self.pair_starts]  # t code of each pair (codes are dense, 0-based)
+        self.run_starts = np.flatnonzero(np.append(True, pair_runs[1:] != pair_runs[:-1]))  # among pairs
+        self.single_pairs = self.pair_starts.size == cr.size  # every (r, t) pair is one item
+        self.single_runs = self.run_starts.size == self.pair_starts.size  # every r value is one pair
+        n_groups = int(groups.max()) + 1
+        self.group_sizes = np.bincount(groups, minlength=n_groups).astype(np.float64)
+        self.t_per_group = sparse.csr_matrix((np.ones(ct.size), (groups, ct)), shape=(n_groups, int(ct.max()) + 1))
+        self.t_per_group.sum_duplicates()
+
+    def weights(self, counts: np.ndarray, dtype=np.float64) -> np.ndarray:
+        """Item weights (batch, items) in (r, t) order from group multiplicities."""
+        return np.take(counts.astype(dtype), self.item_groups, axis=1)
+
+    def per_class(self, counts: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Weights per distinct (r, t) pair, per r value and per t value, in code order."""
+        per_pair = weights if self.single_pairs else np.add.reduceat(weights, self.pair_starts, axis=1)
+        per_r = per_pair if self.single_runs else np.add.reduceat(per_pair, self.run_starts, axis=1)
+        per_t = np.asarray(counts.astype(np.float64) @ self.t_per_group)
+        return per_pair, per_r, per_t
+
+    def pairs_within(self, counts: np.ndarray, per_value: np.ndarray, single: bool) -> np.ndarray:
+        """Pairs of the resample tied inside a class, sum W (W - 1) / 2; exact (integers < 2**53).
+
+        When every class is one item, W is its group's multiplicity c: sum over groups instead.
+        """
+        if single:
+            counts = counts.astype(np.float64)
+            return _times(counts * (counts - 1.0), self.group_sizes) / 2
+        return (np.sum(per_value * (per_value - 1), axis=1) // 2).astype(np.float64)
 
 
-def _weighted_rank_correlation(rank_x: np.ndarray, rank_y: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Pearson correlation of average ranks with item weights: Spearman on the expanded sample."""
-    total = weights.sum(axis=1, keepdims=True)
-    centre = (total + 1.0) / 2.0  # the mean of average ranks 1..N is always (N + 1) / 2
-    dx, dy = rank_x - centre, rank_y - centre
-    wdx = weights * dx
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (wdx * dy).sum(axis=1) / np.sqrt((wdx * dx).sum(axis=1) * (weights * dy * dy).sum(axis=1))
+def _times(rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
+    """rows @ vector without BLAS: its threads spin and thrash on a busy machine (small product)."""
+    return np.einsum("bg,g->b", rows, vector)
+
+
+def _centred_ranks(per_value: np.ndarray, centre: np.ndarray) -> np.ndarray:
+    """Average rank minus the centre for each distinct value, from its weight (values in order)."""
+    return np.cumsum(per_value, axis=1) - (per_value - 1.0) / 2.0 - centre
 
 
 class _Pairs:
@@ -153,15 +198,78 @@ class _SignProducts:
         return q + (total - gex - gey + q + e1 + e2 + e3) - (gx - q - e2) - (gy - q - e1)
 
 
+def _tied_pairs(weights: np.ndarray, codes: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Pairs of the weighted sample tied in one variable: sum over values of W_v (W_v - 1) / 2."""
+    order = np.argsort(codes, kind="stable")
+    per_value = np.add.reduceat(weights[:, order], np.concatenate([[0], np.cumsum(count)[:-1]]), axis=1)
+    return np.sum(per_value * (per_value - 1), axis=1) / 2
+
+
+class _KendallResamples:
+    """Kendall's S and tie counts of integer resamples, one compiled O(N log D) pass per resample.
+
+    Why this is fast. Items sorted once by (r, t) with ascending t inside each run of equal r:
+    then every inversion of the t sequence (an earlier item with a larger t) is a discordant
+    pair, and every discordant pair is one. A resample's expanded sample in that order is the
+    t sequence repeated by multiplicity (`np.repeat`, no sort), and scipy's `_kendall_dis`
+    (kendalltau's Fenwick tree over t, compiled) counts its inversions in O(N log D_t). The
+    tree runs over whichever variable has fewer distinct values (human ratings, usually).
+    Tied pairs come from weights summed per distinct value and per distinct (x, y) pair,
+    batched over resamples; then S = pairs - ties_x - ties_y + ties_xy - 2 * discordant, as
+    in scipy. Every count is an integer below 2**53, so S equals the merge-sort-tree sum exactly.
+    """
+
+    def __init__(self, cx: np.ndarray, cy: np.ndarray, groups: np.ndarray):
+        self.swap = int(cy.max()) > int(cx.max())  # dense codes: the tree over x if x has fewer values
+        self.classes = _JointClasses(cy, cx, groups) if self.swap else _JointClasses(cx, cy, groups)
+        self.tree = (self.classes.tree + 1).astype(np.intp)  # the t sequence, 1-based for the tree
+        self.positions = np.arange(0, dtype=np.intp)  # distinct "x" per expanded item, grown on demand
+        self.count_inversions = _kendall_dis
+
+    @staticmethod
+    def accepts(counts: np.ndarray) -> bool:
+        """Non-negative integer multiplicities (resamples, jackknife rows); others take the general path."""
+        return bool(counts.size and np.all(counts >= 0) and np.all(counts == np.round(counts)) and counts.sum(axis=1).max() < 2**31)
+
+    def __call__(self, counts: np.ndarray):
+        classes = self.classes
+        weights = classes.weights(counts, np.intp)
+        per_pair, per_runs, per_tree = classes.per_class(counts, weights)
+        discordant = np.array([self._inversions(np.repeat(self.tree, row)) for row in weights], dtype=np.float64)
+        total = _times(counts, classes.group_sizes)
+        ties_both = classes.pairs_within(counts, per_pair, classes.single_pairs)
+        ties_runs = ties_both if classes.single_runs else classes.pairs_within(counts, per_runs, False)
+        ties_tree = classes.pairs_within(counts, per_tree, False)
+        s = total * (total - 1) / 2 - ties_runs - ties_tree + ties_both - 2 * discordant
+        ties_x, ties_y = (ties_tree, ties_runs) if self.swap else (ties_runs, ties_tree)
+        return s, total, ties_x, ties_y
+
+    def _inversions(self, sequence: np.ndarray) -> int:
+        if sequence.size < 2:
+            return 0
+        if self.positions.size < sequence.size:
+            self.positions = np.arange(2 * sequence.size, dtype=np.intp)
+        return int(self.count_inversions(self.positions[: sequence.size], sequence))
+
+
 def srcc_statistic(metric, human, groups: np.ndarray) -> Statistic:
     """SRCC of `metric` with `human` on the items of the resampled groups (`groups`: item -> code)."""
     metric, human = check_pair(metric, human)
     groups = np.asarray(groups, dtype=np.int64)
-    rank_metric, rank_human = _AverageRanks(metric), _AverageRanks(human)
+    classes = _JointClasses(_codes(metric)[0], _codes(human)[0], groups)
 
     def statistic(counts: np.ndarray) -> np.ndarray:
-        weights = counts[:, groups]
-        return _weighted_rank_correlation(rank_metric(weights), rank_human(weights), weights)
+        # Spearman on the expanded sample = Pearson of average ranks, which depend only on the
+        # value: sums over distinct values and (metric, human) pairs, not over items.
+        per_pair, per_x, per_y = classes.per_class(counts, classes.weights(counts))
+        centre = (per_x.sum(axis=1, keepdims=True) + 1.0) / 2.0  # mean of average ranks 1..N
+        dx, dy = _centred_ranks(per_x, centre), _centred_ranks(per_y, centre)
+        along_x = per_pair * dy[:, classes.pair_t]
+        if not classes.single_runs:
+            along_x = np.add.reduceat(along_x, classes.run_starts, axis=1)
+        sxy = np.sum(along_x * dx, axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return sxy / np.sqrt(np.sum(per_x * dx * dx, axis=1) * np.sum(per_y * dy * dy, axis=1))
 
     def leave_one_out() -> np.ndarray:
         n_groups = int(groups.max()) + 1
@@ -211,19 +319,20 @@ def kendall_statistic(metric, human, groups: np.ndarray) -> Statistic:
     cx, count_x = _codes(metric)
     cy, count_y = _codes(human)
     signs = _SignProducts(cx, cy, cx, cy)  # per item: sum_i sgn(x_i - x_j) sgn(y_i - y_j)
-    order_x, order_y = np.argsort(cx, kind="stable"), np.argsort(cy, kind="stable")
-    starts_x = np.searchsorted(cx[order_x], np.arange(count_x.size))
-    starts_y = np.searchsorted(cy[order_y], np.arange(count_y.size))
+    resamples = _KendallResamples(cx, cy, groups) if _kendall_dis is not None else None
+
+    def weighted_s(weights: np.ndarray) -> np.ndarray:
+        """S on any item weights (also fractional ones): merge-sort-tree sums, O(log^2 N) passes."""
+        return 0.5 * np.sum(weights * signs.sums(weights), axis=1)
 
     def statistic(counts: np.ndarray) -> np.ndarray:
-        weights = counts[:, groups]
-        total = weights.sum(axis=1)
-        per_x = np.add.reduceat(weights[:, order_x], starts_x, axis=1)  # weight of each distinct value
-        per_y = np.add.reduceat(weights[:, order_y], starts_y, axis=1)
-        s = 0.5 * np.sum(weights * signs.sums(weights), axis=1)
+        if resamples is not None and resamples.accepts(counts):
+            s, total, ties_x, ties_y = resamples(counts)
+        else:
+            weights = counts[:, groups]
+            s, total = weighted_s(weights), weights.sum(axis=1)
+            ties_x, ties_y = _tied_pairs(weights, cx, count_x), _tied_pairs(weights, cy, count_y)
         pairs_all = total * (total - 1) / 2
-        ties_x = np.sum(per_x * (per_x - 1), axis=1) / 2
-        ties_y = np.sum(per_y * (per_y - 1), axis=1) / 2
         with np.errstate(invalid="ignore", divide="ignore"):
             return s / np.sqrt(pairs_all - ties_x) / np.sqrt(pairs_all - ties_y)
 
