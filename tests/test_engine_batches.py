@@ -156,3 +156,15 @@ def test_engine_pools_take_batch_part_and_memory_settings_from_compute():
     assert (pool.rows_per_batch, pool.part_rows, pool.memory_gb) == (2048, 64, 1.5)
     assert _memory(pool) == {"memory": int(1.5 * 2**30)}
     assert _memory(engine_pool(BackboneSpec(name="b", engine="scripted"), ComputeSpec())) == {}
+
+
+def test_rows_without_a_status_are_found_per_block_in_one_lookup():
+    from pipeline.stages.engine_stage import _lost_rows
+
+    blocks = [pa.table({"key": [f"k{b}-{i}" for i in range(5)], "text": [f"t{b}-{i}" for i in range(5)]}) for b in range(3)]
+    returned = [pa.table({"key": ["k0-0", "k0-1", "k0-2", "k0-3", "k0-4", "k2-1", "k2-3"]})]
+    lost = _lost_rows(blocks, returned)
+    assert [t.column("key").to_pylist() for t in lost] == [[f"k1-{i}" for i in range(5)], ["k2-0", "k2-2", "k2-4"]]
+    assert lost[1].column("text").to_pylist() == ["t2-0", "t2-2", "t2-4"]
+    assert _lost_rows(blocks, [pa.concat_tables(blocks).select(["key"])]) == []
+    assert sum(t.num_rows for t in _lost_rows(blocks, [])) == 15

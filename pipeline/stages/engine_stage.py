@@ -446,13 +446,31 @@ def compute_blocks(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool
             statuses.append(batch)
     except Exception as exc:  # e.g. the pool ran out of restarts: what is left is isolated
         log.warning("%s: the actor pool stopped (%s: %s); finishing the remaining batches one worker at a time", stage, type(exc).__name__, str(exc)[:300])
-    done = pa.concat_tables(statuses).column("key").combine_chunks() if statuses else pa.array([], pa.string())
-    failed = [b.filter(pc.invert(pc.is_in(b.column("key"), value_set=done))) for b in blocks]
-    failed = [b for b in failed if b.num_rows]
+    failed = _lost_rows(blocks, statuses)
     if failed:
         log.warning("%s: %d batches (%d requests) lost their worker; isolating the cause", stage, len(failed), sum(b.num_rows for b in failed))
         statuses.append(isolate_failures(failed, worker_cls, worker_kwargs, pool, stage=stage, row_schema=row_schema))
     return pa.concat_tables(statuses) if statuses else result_schema(row_schema).empty_table()
+
+
+def _lost_rows(blocks: list[pa.Table], statuses: list[pa.Table]) -> list[pa.Table]:
+    """The rows of each block that came back without a status (their worker died).
+
+    One lookup of every block's keys in one hash set of the returned keys (a lookup per
+    block would build that set once per block: quadratic in a stage's requests).
+    """
+    done = pa.concat_tables(statuses).column("key").combine_chunks() if statuses else pa.array([], pa.string())
+    keys = pa.chunked_array([b.column("key") for b in blocks], pa.string()).combine_chunks()
+    lost = pc.invert(pc.is_in(keys, value_set=done))
+    if not pc.any(lost).as_py():
+        return []
+    failed, offset = [], 0
+    for b in blocks:
+        rows = b.filter(lost.slice(offset, b.num_rows))
+        offset += b.num_rows
+        if rows.num_rows:
+            failed.append(rows)
+    return failed
 
 
 class _Host:
