@@ -80,13 +80,20 @@ def obtain_questions(items: pl.DataFrame, shipped: pl.DataFrame | None, cfg: Res
     return {b: generated[b if q.per_backbone else q.generator] for b in s.backbones}
 
 
-def score_items_all_backbones(items: pl.DataFrame, shipped: pl.DataFrame | None, cfg: ResolvedConfig, out_dir: str, timings: Timings) -> Scored:
-    """Questions, answers and scores for every backbone; writes questions, scores/ and records/."""
-    s = cfg.sweep
+def questions_step(items: pl.DataFrame, shipped: pl.DataFrame | None, cfg: ResolvedConfig, out_dir: str, timings: Timings) -> tuple[Scored, dict]:
+    """Every item's questions (generated or shipped), written to questions.parquet: the step that
+    runs once per sweep, windowed or not. Returns the run's Scored and questions per backbone."""
     out = Scored(questions=pl.from_arrow(schema.QUESTIONS.empty_table()), scores=pl.from_arrow(schema.SCORES.empty_table()))
     with timings("questions"):
         questions_by_backbone = obtain_questions(items, shipped, cfg, out)
         st.write_table(f"{out_dir}/questions.parquet", schema.conform(out.questions.to_arrow(), schema.QUESTIONS))
+    return out, questions_by_backbone
+
+
+def score_items_all_backbones(items: pl.DataFrame, shipped: pl.DataFrame | None, cfg: ResolvedConfig, out_dir: str, timings: Timings) -> Scored:
+    """Questions, answers and scores for every backbone; writes questions, scores/ and records/."""
+    s = cfg.sweep
+    out, questions_by_backbone = questions_step(items, shipped, cfg, out_dir, timings)
 
     sets = required_question_sets(s)
     holistic = needs_holistic(s.metrics)
@@ -171,10 +178,7 @@ def score_items_windowed(items: pl.DataFrame, shipped: pl.DataFrame | None, cfg:
         if s.window_items is not None and items.height > s.window_items:
             log.info("sweep: %d items in one pass (window_items=%d): %s", items.height, s.window_items, reason)
         return score_items_all_backbones(items, shipped, cfg, out_dir, timings)
-    out = Scored(questions=pl.from_arrow(schema.QUESTIONS.empty_table()), scores=pl.from_arrow(schema.SCORES.empty_table()))
-    with timings("questions"):
-        questions_by_backbone = obtain_questions(items, shipped, cfg, out)
-        st.write_table(f"{out_dir}/questions.parquet", schema.conform(out.questions.to_arrow(), schema.QUESTIONS))
+    out, questions_by_backbone = questions_step(items, shipped, cfg, out_dir, timings)
     sets = required_question_sets(s)
     holistic = needs_holistic(s.metrics)
     answer_metrics = [m for m in s.metrics if is_answer_metric(m)]
