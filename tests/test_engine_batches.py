@@ -168,3 +168,5 @@ def test_rows_without_a_status_are_found_per_block_in_one_lookup():
     assert lost[1].column("text").to_pylist() == ["t2-0", "t2-2", "t2-4"]
     assert _lost_rows(blocks, [pa.concat_tables(blocks).select(["key"])]) == []
     assert sum(t.num_rows for t in _lost_rows(blocks, [])) == 15
+    large = [b.cast(pa.schema([("key", pa.large_string()), ("text", pa.string())])) for b in blocks]  # keys from polars
+    assert [t.num_rows for t in _lost_rows(large, returned)] == [5, 3]

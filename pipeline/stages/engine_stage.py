@@ -459,8 +459,8 @@ def _lost_rows(blocks: list[pa.Table], statuses: list[pa.Table]) -> list[pa.Tabl
     One lookup of every block's keys in one hash set of the returned keys (a lookup per
     block would build that set once per block: quadratic in a stage's requests).
     """
-    done = pa.concat_tables(statuses).column("key").combine_chunks() if statuses else pa.array([], pa.string())
-    keys = pa.chunked_array([b.column("key") for b in blocks], pa.string()).combine_chunks()
+    done = pa.concat_tables(statuses).column("key").combine_chunks().cast(pa.string()) if statuses else pa.array([], pa.string())
+    keys = pa.concat_arrays([b.column("key").combine_chunks().cast(pa.string()) for b in blocks])  # blocks may hold large_string keys
     lost = pc.invert(pc.is_in(keys, value_set=done))
     if not pc.any(lost).as_py():
         return []
