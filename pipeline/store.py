@@ -138,7 +138,7 @@ def read_bytes(url: str) -> bytes:
 
 
 def read_table(url: str, columns: list[str] | None = None) -> pa.Table:
-    return pq.read_table(pa.BufferReader(read_bytes(url)), columns=columns)
+    return pq.ParquetFile(pa.BufferReader(read_bytes(url))).read(columns=columns)
 
 
 def write_json(url: str, obj) -> None:
@@ -253,8 +253,11 @@ class PartStore:
         columns = list(columns or self.schema.names)
         data = retrying(f"read {path}", lambda: self.fs.cat_file(path))
         try:
-            present = set(pq.read_schema(pa.BufferReader(data)).names)
-            table = pq.read_table(pa.BufferReader(data), columns=[c for c in columns if c in present])
+            # ParquetFile, not read_table: one footer parse and no dataset machinery (a third of
+            # the cost of a small part, and an all-cached night reads thousands of them)
+            part = pq.ParquetFile(pa.BufferReader(data))
+            present = set(part.schema_arrow.names)
+            table = part.read(columns=[c for c in columns if c in present])
         except (pa.ArrowException, OSError, ValueError, KeyError, TypeError) as exc:
             raise BadPart(path, f"{type(exc).__name__}: {exc}"[:500]) from exc
         return self._conform(path, table, columns)
