@@ -55,11 +55,14 @@ def read_image_bytes(uri: str) -> bytes:
 def decode_image(data: bytes, uri: str) -> Image.Image:
     """Decode to RGB, applying the EXIF orientation (phones store rotated pixels plus a tag)."""
     try:
-        with Image.open(io.BytesIO(data)) as img:
-            img.load()  # decode now, so truncation is caught here and not in the model
-            source_format = img.format
+        # No `with`: closing an in-memory image would void its pixels and force a copy; the
+        # buffer is released with the image.
+        img = Image.open(io.BytesIO(data))
+        img.load()  # decode now, so truncation is caught here and not in the model
+        source_format = img.format
+        if img.getexif().get(_ORIENTATION, 1) != 1:  # exif_transpose copies even an upright image
             img = ImageOps.exif_transpose(img)
-            return to_rgb(img, uri, source_format)
+        return to_rgb(img, uri, source_format)
     except ImageError:
         raise
     except Image.UnidentifiedImageError as e:
@@ -68,6 +71,8 @@ def decode_image(data: bytes, uri: str) -> Image.Image:
         reason = "truncated file" if "truncated" in str(e) else f"cannot decode: {e}"
         raise ImageError(uri, reason) from e
 
+
+_ORIENTATION = 0x0112  # the EXIF tag of how the stored pixels are rotated or mirrored
 
 # Pillow's own convert("RGB") clips 16- and 32-bit pixels to 0..255, so a 16-bit grayscale
 # PNG (values up to 65535) came out solid white. These modes are rescaled here instead.
