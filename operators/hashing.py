@@ -7,7 +7,7 @@ practical concern at corpus scale.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 _SEP = b"\x1f"
 _NONE = b"\x00"
@@ -88,7 +88,44 @@ def _as_text_array(column):
     return column.cast(pa.large_string())
 
 
-def keys_digest(keys: Iterable[str]) -> str:
-    """Name of a part holding `keys`: the same set of keys always gives the same name."""
+def keys_digest(keys) -> str:
+    """Name of a part holding `keys`: the same set of keys always gives the same name.
+
+    `keys` is any iterable of str, or an Arrow string array: keys of one length (hex
+    digests, the common case) are then sorted by numpy as fixed-width bytes, not as a
+    stage's 700k Python strings. They are ASCII, so byte order is Python's code-point
+    order and both paths give the same name.
+    """
+    joined = _sorted_fixed_width(keys)
+    if joined is not None:
+        return hashlib.blake2b(joined, digest_size=12).hexdigest()
+    if not isinstance(keys, (list, tuple)) and hasattr(keys, "to_pylist"):
+        keys = keys.to_pylist()
     # one update of the joined keys: the same digest as one update per key (the hash streams)
     return hashlib.blake2b("".join(sorted(keys)).encode("ascii"), digest_size=12).hexdigest()
+
+
+def _sorted_fixed_width(keys) -> bytes | None:
+    """An Arrow array of ASCII keys of one length, sorted and concatenated; None for anything
+    else. (numpy compares bytes strings without their trailing NULs; NUL being the smallest
+    byte, that is still byte order between strings of one width.)"""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not isinstance(keys, (pa.Array, pa.ChunkedArray)) or len(keys) == 0 or keys.null_count:
+        return None
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    if not (pa.types.is_string(keys.type) or pa.types.is_large_string(keys.type)):
+        return None
+    keys = keys.cast(pa.large_string())
+    _, offsets, data = keys.buffers()
+    bounds = np.frombuffer(offsets, dtype=np.int64)[keys.offset : keys.offset + len(keys) + 1]
+    width = int(bounds[1] - bounds[0])
+    if width == 0 or np.any(np.diff(bounds) != width):
+        return None
+    if not pc.all(pc.string_is_ascii(keys)).as_py():
+        return None
+    fixed = np.frombuffer(data, dtype=f"S{width}", count=len(keys), offset=int(bounds[0]))
+    return np.sort(fixed).tobytes()

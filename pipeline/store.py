@@ -521,7 +521,7 @@ class PartStore:
             rows = rows.sort_by("key")
             for start in range(0, rows.num_rows, target_rows):
                 chunk = rows.slice(start, target_rows).combine_chunks()
-                name = f"part-k{bucket}-n{chunk.num_rows}-{keys_digest(chunk.column('key').to_pylist())}.parquet"
+                name = f"part-k{bucket}-n{chunk.num_rows}-{keys_digest(chunk.column('key'))}.parquet"
                 url = f"{self.url}/{name}"
                 group = min(ROW_GROUP_ROWS, chunk.num_rows)
                 if not exists(url) or not self._readable(url):
@@ -570,7 +570,8 @@ class PartStore:
                     pass
 
     # -- writing ---------------------------------------------------------------------------
-    def part_url(self, keys: Iterable[str]) -> str:
+    def part_url(self, keys) -> str:
+        """The part's name: a digest of its keys (any iterable of str, or an Arrow array)."""
         return f"{self.url}/part-{keys_digest(keys)}.parquet"
 
     def write(self, table: pa.Table) -> str | None:
@@ -585,8 +586,7 @@ class PartStore:
             if field.name not in table.column_names and schema_mod.added_later(field):
                 table = table.append_column(field.name, pa.nulls(table.num_rows, field.type))
         table = table.select(self.schema.names).cast(self.schema)
-        keys = table.column("key").to_pylist()
-        url = self.part_url(keys)
+        url = self.part_url(table.column("key"))
         if not exists(url) or not self._readable(url):
             write_table(url, table)
         return url

@@ -181,7 +181,7 @@ def _read_and_compute(
         return row_schema.empty_table(), report
     keys = requests.column("key")
     markers = Markers(f"{store.url}/{MARKERS}")
-    unit_marker = f"{stage}-{keys_digest(keys.to_pylist())}"
+    unit_marker = f"{stage}-{keys_digest(keys)}"
     marked = markers.done(unit_marker)
     stored = store.read(row_schema.names, keys=keys).select(row_schema.names).cast(row_schema)  # the stage's one read
     missing = pc.invert(pc.is_in(keys, value_set=stored.column("key").combine_chunks()))
