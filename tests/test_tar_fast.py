@@ -417,6 +417,38 @@ def test_walker_locates_members_at_block_boundaries(tmp_path):
     assert all(raw[start : start + size] == PATTERN[:size] for _, start, size in found)
 
 
+def test_members_without_data_are_stepped_over_as_tarfile_does(tmp_path, fallbacks):
+    """tarfile skips no data after a directory (also a v7 one: a regular file named with a
+    trailing slash) or a link, whatever their size field says; the next header follows."""
+    raw = plain_tar(tmp_path)
+    for kind, name in ((tarfile.AREGTYPE, "v7dir/"), (tarfile.DIRTYPE, "dir"), (tarfile.SYMTYPE, "link.txt")):
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+            info = tarfile.TarInfo(name)
+            info.type = kind
+            tar.addfile(info)
+        header = _with_field(out.getvalue()[:BLOCK], 124, b"00000001000\x00")  # size 512, and no data
+        path = tmp_path / "nodata.tar"
+        path.write_bytes(header + raw)
+        assert read_webdataset(str(path)).equals(oracle_read(str(path)))
+        assert read_webdataset(str(path)).num_rows == 3
+        assert count_rows(shard_of(path)) == (3, True)
+    assert fallbacks == []
+
+
+def test_nothing_after_the_end_of_archive_is_read(tmp_path, fallbacks):
+    """Two tars concatenated read as the first (tarfile stops at the first zero block)."""
+    first = plain_tar(tmp_path)
+    second = write_tar(tmp_path / "second.tar", tar_samples(range(10, 12))).read_bytes()
+    path = tmp_path / "both.tar"
+    for tail in (second, second[-1024:] + second):  # right after the end blocks, or after more zeros
+        path.write_bytes(first + tail)
+        assert read_webdataset(str(path)).equals(oracle_read(str(path)))
+        assert read_webdataset(str(path)).column("__key__").to_pylist() == ["sample000000", "sample000001", "sample000002"]
+        assert count_rows(shard_of(path)) == (3, True)
+    assert fallbacks == []
+
+
 def test_gzip_is_inflated_and_other_compression_left_to_tarfile():
     data = bytes(BLOCK * 2)
     assert tar_bytes(gzip.compress(data)) == data
