@@ -265,6 +265,9 @@ def _members_with_tarfile(raw: bytes) -> list[tuple[str, bytes]]:
 def sample_member(name: str) -> tuple[str, str] | None:
     """(sample key, extension) of a tar member's name, or None for a file that is not part of
     a sample (no extension, or hidden, e.g. a README or a macOS ._ resource file)."""
+    if "/" not in name:  # the usual WebDataset member, spared posixpath's calls
+        stem, dot, ext = name.partition(".")
+        return (stem, ext) if dot and stem else None
     folder, base = posixpath.split(name)
     stem, dot, ext = base.partition(".")
     if not dot or not stem or base.startswith("."):

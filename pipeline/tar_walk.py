@@ -30,6 +30,14 @@ _OCTAL = re.compile(rb" *[0-7]* *(?:\x00.*)?", re.DOTALL)
 # mode, uid, gid, size, mtime, chksum, devmajor, devminor: tarfile parses each, and a header
 # with one it cannot parse ends the archive.
 _NUMBER_FIELDS = ((100, 108), (108, 116), (116, 124), (124, 136), (136, 148), (148, 156), (329, 337), (337, 345))
+# The shapes writers use for those fields (tarfile, GNU tar, bsdtar, Go): zero-padded digits
+# ended by NUL or space, or all NUL. One match over the fields of every header (the bytes
+# 100:156 and 329:345 of each, joined) checks an archive at once; other shapes are then
+# checked field by field with _OCTAL.
+_F8 = rb"(?:[0-7]{7}[\x00 ]|[0-7]{6} \x00|\x00{8})"
+_F12 = rb"(?:[0-7]{11}[\x00 ]|[0-7]{10} \x00|\x00{12})"
+_CHKSUM = rb"(?:[0-7]{6}\x00 |[0-7]{7}[\x00 ]|[0-7]{6} \x00)"
+_USUAL_NUMBERS = re.compile(rb"(?:" + _F8 * 3 + _F12 * 2 + _CHKSUM + _F8 * 2 + rb")*")
 _REGULAR = (ord("0"), 0)  # REGTYPE, AREGTYPE: the members tarfile's isfile() accepts here
 _NO_DATA = (ord("1"), ord("2"), ord("5"))  # LNKTYPE, SYMTYPE, DIRTYPE: tarfile skips no data after them
 # Compressed streams tarfile's "r|*" detects besides gzip (bz2, xz/lzma, zstd): left to it.
@@ -81,41 +89,57 @@ def regular_members(buf) -> list[tuple[str, int, int]]:
     only headers are read). Raises Unsupported, having checked the whole archive, if any
     part of it is outside what this walker reads exactly."""
     members = []
+    headers = []
+    numbers = []
     end = len(buf)
     pos = 0
     encoding = tarfile.ENCODING
-    while pos < end:
-        header = buf[pos : pos + BLOCK]
-        if len(header) != BLOCK:
-            raise Unsupported(f"truncated header at byte {pos}")
-        if header == _ZERO_BLOCK:
-            break  # end of archive; tarfile reads nothing after it
-        for start, stop in _NUMBER_FIELDS:
-            if _OCTAL.fullmatch(header, start, stop) is None:
-                raise Unsupported(f"number field {start}:{stop} of the header at byte {pos}")
-        chksum = int(header[148:156].partition(b"\x00")[0].strip() or b"0", 8)
-        if chksum != 256 + sum(header) - sum(header[148:156]):
-            raise Unsupported(f"checksum of the header at byte {pos}")  # bad, or tarfile's signed variant
-        kind = header[156]
-        name = header[:100].partition(b"\x00")[0]
-        pos += BLOCK
-        if kind in _NO_DATA or (kind == 0 and name.endswith(b"/")):  # a v7 directory
-            continue
-        if kind not in _REGULAR:
-            raise Unsupported(f"member type {bytes([kind])!r} at byte {pos - BLOCK}")
-        size = int(header[124:136].partition(b"\x00")[0].strip() or b"0", 8)
-        data = pos
-        pos += -(-size // BLOCK) * BLOCK
-        if pos > end:
-            raise Unsupported(f"data cut short at byte {end}")
-        text = name.decode(encoding, "surrogateescape")
-        prefix = header[345:500].partition(b"\x00")[0]
-        if prefix:  # a USTAR name split in two
-            text = prefix.decode(encoding, "surrogateescape") + "/" + text
-        members.append((text, data, size))
+    try:
+        while pos < end:
+            header = buf[pos : pos + BLOCK]
+            if len(header) != BLOCK:
+                raise Unsupported(f"truncated header at byte {pos}")
+            if header[0] == 0 and header == _ZERO_BLOCK:
+                break  # end of archive; tarfile reads nothing after it
+            # tarfile's unsigned checksum: the header's bytes summed, the checksum field as
+            # spaces. Summed as two 256-byte halves by adler32 (each half's sum < its modulus).
+            total = (zlib.adler32(header[:256]) & 0xFFFF) + (zlib.adler32(header[256:]) & 0xFFFF) - 2
+            if _number(header, 148, 156) != 256 + total - sum(header[148:156]):
+                raise Unsupported(f"checksum of the header at byte {pos}")  # bad, or tarfile's signed variant
+            headers.append(header)
+            numbers += (header[100:156], header[329:345])
+            kind = header[156]
+            name = header[:100].partition(b"\x00")[0]
+            pos += BLOCK
+            if kind in _NO_DATA or (kind == 0 and name.endswith(b"/")):  # a v7 directory
+                continue
+            if kind not in _REGULAR:
+                raise Unsupported(f"member type {bytes([kind])!r} at byte {pos - BLOCK}")
+            size = _number(header, 124, 136)
+            data = pos
+            pos += -(-size // BLOCK) * BLOCK
+            if pos > end or size < 0:
+                raise Unsupported(f"data cut short at byte {end}")
+            text = name.decode(encoding, "surrogateescape")
+            if header[345]:  # a USTAR name split in two
+                text = header[345:500].partition(b"\x00")[0].decode(encoding, "surrogateescape") + "/" + text
+            members.append((text, data, size))
+    except ValueError as exc:  # a number int() refuses (nti may not, or may): tarfile's to read
+        raise Unsupported(f"number field at byte {pos} ({exc})") from None
     if end == 0:
         raise Unsupported("empty file")
+    if _USUAL_NUMBERS.fullmatch(b"".join(numbers)) is None:
+        for header in headers:
+            for start, stop in _NUMBER_FIELDS:
+                if _OCTAL.fullmatch(header, start, stop) is None:
+                    raise Unsupported(f"number field {start}:{stop} of a header")
     return members
+
+
+def _number(header: bytes, start: int, stop: int) -> int:
+    """A number field read as nti() reads it, for the shapes _OCTAL accepts (the others are
+    refused once the walk is done)."""
+    return int(header[start:stop].partition(b"\x00")[0].strip() or b"0", 8)
 
 
 class FileBlocks:
