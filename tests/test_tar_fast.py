@@ -314,6 +314,9 @@ def test_odd_headers_are_left_to_tarfile(tmp_path, fallbacks):
     cases["twomembers.tar.gz"] = gzip.compress(raw[:1024], mtime=0) + gzip.compress(raw[1024:], mtime=0)
     cases["trailing.tar.gz"] = gzip.compress(raw, mtime=0) + b"\x00" * 16
     cases["tab-in-size.tar"] = _with_field(raw, 124, b"\t0000000003\x00")
+    cases["inner-space-first.tar"] = _with_field(raw, 100, b"00 0644\x00")  # tarfile: "invalid header"
+    cases["inner-space-later.tar"] = _with_field(raw, 100, b"00 0644\x00", header=2)  # tarfile: the archive ends there
+    cases["plus-sign.tar"] = _with_field(raw, 136, b"+0000000000\x00", header=4)
     for name, data in cases.items():
         path = tmp_path / name
         path.write_bytes(data)
@@ -330,13 +333,15 @@ def _bz2(data: bytes) -> bytes:
     return bz2.compress(data)
 
 
-def _with_field(raw: bytes, start: int, value: bytes) -> bytes:
-    """The tar with the first header's field at `start` replaced and its checksum redone."""
-    header = bytearray(raw[:BLOCK])
-    header[start : start + len(value)] = value
-    header[148:156] = b" " * 8
-    header[148:156] = b"%06o\x00 " % sum(header)
-    return bytes(header) + raw[BLOCK:]
+def _with_field(raw: bytes, start: int, value: bytes, header: int = 0) -> bytes:
+    """The tar with a field of its `header`-th member's header (counted in whole members of
+    write_tar's small shards: header, one data block) replaced and its checksum redone."""
+    at = header * 2 * BLOCK
+    block = bytearray(raw[at : at + BLOCK])
+    block[start : start + len(value)] = value
+    block[148:156] = b" " * 8
+    block[148:156] = b"%06o\x00 " % sum(block)
+    return raw[:at] + bytes(block) + raw[at + BLOCK :]
 
 
 def _signed_checksum(raw: bytes) -> bytes:
@@ -446,6 +451,18 @@ def test_nothing_after_the_end_of_archive_is_read(tmp_path, fallbacks):
         assert read_webdataset(str(path)).equals(oracle_read(str(path)))
         assert read_webdataset(str(path)).column("__key__").to_pylist() == ["sample000000", "sample000001", "sample000002"]
         assert count_rows(shard_of(path)) == (3, True)
+    assert fallbacks == []
+
+
+def test_gzip_header_fields_are_skipped_as_tarfile_does(tmp_path, fallbacks):
+    """Optional gzip header fields (file name, comment, header CRC) before the deflate data."""
+    raw = plain_tar(tmp_path)
+    body = gzip.compress(raw, mtime=0)
+    path = tmp_path / "fields.tar.gz"
+    for flags, fields in ((8, b"shard.tar\x00"), (16, b"a comment\x00"), (2, b"\xab\xcd"), (26, b"n\x00c\x00\xab\xcd")):
+        path.write_bytes(body[:3] + bytes([flags]) + body[4:10] + fields + body[10:])
+        assert read_webdataset(str(path)).equals(oracle_read(str(path)))
+        assert read_webdataset(str(path)).num_rows == 3
     assert fallbacks == []
 
 
