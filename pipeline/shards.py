@@ -6,7 +6,9 @@ A shard is one file, local or on any fsspec store (s3://...):
   Face `Image` struct {bytes, path};
 - WebDataset tar (`.tar`, `.tar.gz`, `.tgz`): members `<key>.<ext>` grouped by key; the
   image is the first of `.jpg .jpeg .png .webp`, the caption is `.txt` (stripped) or the
-  caption field of `.json`. Read with the standard library's tarfile, streaming.
+  caption field of `.json`. Read whole into memory and its members sliced out by a walker
+  of tar headers (pipeline.tar_walk); a tar that walker cannot read exactly is read with
+  the standard library's tarfile, streaming, as before.
 
 `read_shard` returns the shard's ORIGINAL rows as an Arrow table (what filtered outputs
 copy), and `shard_pairs` turns them into one (image_uri, caption) row per input row, with
@@ -17,6 +19,7 @@ be read at all raises `ShardError` naming the file.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import posixpath
 import tarfile
@@ -32,6 +35,7 @@ from fsspec.core import url_to_fs
 from operators.hashing import digest
 from operators.images import ImageError, decode_image
 from pipeline.benchmarks.io import BadRecord, Folder, content_address
+from pipeline.tar_walk import FileBlocks, Unsupported, regular_members, tar_bytes
 
 FORMATS = {".parquet": "parquet", ".tar": "webdataset", ".tar.gz": "webdataset", ".tgz": "webdataset"}
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
@@ -192,18 +196,23 @@ def count_rows(shard: Shard) -> tuple[int, bool]:
         except (pa.ArrowInvalid, OSError):
             return 0, False  # unreadable: reading it records the error; it counts as nothing here
     if _is_local(fs) and shard.uri.lower().endswith(".tar"):
-        keys = set()
         try:
-            with tarfile.open(path, mode="r:") as tar:
-                for member in tar:
-                    folder, name = posixpath.split(member.name)
-                    stem, dot, _ = name.partition(".")
-                    if member.isfile() and dot and stem and not name.startswith("."):
-                        keys.add(posixpath.join(folder, stem))
-            return len(keys), True
-        except (tarfile.TarError, EOFError, OSError):
-            return 0, False
+            with open(path, "rb") as f:
+                names = [name for name, _, _ in regular_members(FileBlocks(f))]
+            return len({m[0] for m in map(sample_member, names) if m}), True
+        except (Unsupported, OSError):
+            return _count_with_tarfile(path)
     return max(1, shard.size // TAR_MIN_BYTES_PER_SAMPLE), False
+
+
+def _count_with_tarfile(path: str) -> tuple[int, bool]:
+    """count_rows of a tar the header walker does not read (pax headers, long names, ...)."""
+    try:
+        with tarfile.open(path, mode="r:") as tar:
+            keys = {m[0] for m in (sample_member(t.name) for t in tar if t.isfile()) if m}
+        return len(keys), True
+    except (tarfile.TarError, EOFError, OSError):
+        return 0, False
 
 
 # -- reading ----------------------------------------------------------------------------------
@@ -227,30 +236,62 @@ def read_shard(uri: str, fmt: str) -> pa.Table:
 
 def read_webdataset(uri: str) -> pa.Table:
     """A WebDataset tar as a table. Members are grouped by key (path up to the first dot of
-    the file name); a repeated member or non-UTF-8 text is recorded in `__error__`."""
-    samples: dict[str, dict[str, bytes]] = {}
-    problems: dict[str, str] = {}
+    the file name); a repeated member or non-UTF-8 text is recorded in `__error__`.
+
+    The file is read in one request; its members are sliced out of memory by the header
+    walker, or, for a tar that walker leaves to tarfile, read by tarfile from those bytes."""
     try:
-        with fsspec.open(uri, "rb") as f, tarfile.open(fileobj=f, mode="r|*") as tar:
-            for member in tar:
-                if not member.isfile():
-                    continue
-                folder, name = posixpath.split(member.name)
-                stem, dot, ext = name.partition(".")
-                if not dot or not stem or name.startswith("."):
-                    continue  # not part of a sample (e.g. a README or a ._ resource file)
-                key = posixpath.join(folder, stem)
-                sample = samples.setdefault(key, {})
-                ext = ext.lower()
-                data = tar.extractfile(member).read()
-                if ext in sample:
-                    problems.setdefault(key, f"member {ext!r} appears twice; the first is used")
-                    continue
-                sample[ext] = data
+        with fsspec.open(uri, "rb") as f:
+            raw = f.read()
+        try:
+            tar = tar_bytes(raw)
+            view = memoryview(tar)
+            members = [(name, view[start : start + size]) for name, start, size in regular_members(tar)]
+        except Unsupported:
+            members = _members_with_tarfile(raw)
     except FileNotFoundError:
         raise ShardError(f"{uri}: input shard not found") from None
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise ShardError(f"{uri}: not a readable tar file ({exc})") from exc
+    return webdataset_table(members)
+
+
+def _members_with_tarfile(raw: bytes) -> list[tuple[str, bytes]]:
+    """(name, bytes) of every regular-file member, read by tarfile as a stream."""
+    with tarfile.open(fileobj=io.BytesIO(raw), mode="r|*") as tar:
+        return [(member.name, tar.extractfile(member).read()) for member in tar if member.isfile()]
+
+
+def sample_member(name: str) -> tuple[str, str] | None:
+    """(sample key, extension) of a tar member's name, or None for a file that is not part of
+    a sample (no extension, or hidden, e.g. a README or a macOS ._ resource file)."""
+    if "/" not in name:  # the usual WebDataset member, spared posixpath's calls
+        stem, dot, ext = name.partition(".")
+        return (stem, ext) if dot and stem else None
+    folder, base = posixpath.split(name)
+    stem, dot, ext = base.partition(".")
+    if not dot or not stem or base.startswith("."):
+        return None
+    return posixpath.join(folder, stem), ext
+
+
+def webdataset_table(members: Iterable[tuple[str, bytes | memoryview]]) -> pa.Table:
+    """One row per sample from a tar's regular-file members (name, bytes) in archive order:
+    `__key__`, one column per lower-cased extension (images binary, the rest UTF-8 text)
+    and, when a sample has a problem, `__error__`."""
+    samples: dict[str, dict[str, bytes | memoryview]] = {}
+    problems: dict[str, str] = {}
+    for name, data in members:
+        found = sample_member(name)
+        if found is None:
+            continue
+        key, ext = found
+        sample = samples.setdefault(key, {})
+        ext = ext.lower()
+        if ext in sample:
+            problems.setdefault(key, f"member {ext!r} appears twice; the first is used")
+            continue
+        sample[ext] = data
     extensions = list(dict.fromkeys(ext for sample in samples.values() for ext in sample))
     columns: dict[str, list] = {"__key__": list(samples)}
     for ext in extensions:
@@ -261,7 +302,7 @@ def read_webdataset(uri: str) -> pa.Table:
                 values.append(data)
                 continue
             try:
-                values.append(data.decode("utf-8"))
+                values.append(str(data, "utf-8"))
             except UnicodeDecodeError:
                 problems.setdefault(key, f"member {ext!r} is not UTF-8 text")
                 values.append(None)
