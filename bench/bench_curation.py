@@ -168,6 +168,7 @@ def memory_case(args) -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     seconds, result = curate(root, inputs, "night", "zero-cost", args.rows_per_part, args.set)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = max([peak] + [w["peak"] for w in probed])  # each window's probe restarts the kernel's peak
     windows = root / "curation" / "night" / "runs" / result.run_id / "windows"
     n_windows = len(list(windows.iterdir())) if windows.is_dir() else 1
     rows = result.totals()["rows_in"]
@@ -196,14 +197,14 @@ def memory(args) -> None:
             start = time.perf_counter()
             write_shards(inputs, n, args.per_shard, offset=0)
             print(f"{n:,} pairs written in {time.perf_counter() - start:.0f} s", flush=True)
-            cmd = [sys.executable, sys.argv[0], "--memory-case", "--work", str(work / f"work-{n}"), "--inputs", str(inputs),
+            cmd = [sys.executable, __file__, "--memory-case", "--work", str(work / f"work-{n}"), "--inputs", str(inputs),
                    "--warmup", str(work / "in-warmup"), "--rows-per-part", str(args.rows_per_part), *[f"--set={x}" for x in args.set]]
             if args.num_cpus:
                 cmd += ["--num-cpus", str(args.num_cpus)]
             if args.per_window:
                 cmd.append("--per-window")
             proc = subprocess.run(cmd, env=dict(os.environ), text=True, capture_output=True)
-            shown = [ln for ln in proc.stdout.splitlines() if "pairs in" in ln or ln.startswith("window") or "  {" in ln]
+            shown = [ln for ln in proc.stdout.splitlines() if "pairs in" in ln or ln.startswith("window")]
             print("\n".join(shown) or proc.stderr[-3000:], flush=True)
             shutil.rmtree(inputs, ignore_errors=True)
             shutil.rmtree(work / f"work-{n}", ignore_errors=True)
