@@ -7,7 +7,8 @@ measured after a 100k-pair window, ~250 MB of RSS was such pages (released a sec
 and while they wait Arrow, numpy and Ray allocate fresh pages beside them. That raises the
 driver's peak and makes it vary from window to window with thread timing. With both decays
 at 0 a polars-heavy step (sort, join, group-by of 1M rows) peaks at 369 MB every time,
-against 425-480 MB by default.
+against 425-480 MB by default, and a 300k-pair curation's window peaks fell from 1.96 to
+1.77 GB on average (docs/curation.md), at the same throughput.
 
 jemalloc reads its settings once, when polars loads, from `_RJEM_MALLOC_CONF`; so this runs
 from `pipeline/__init__.py`, before any pipeline module imports polars. Local Ray workers
