@@ -3,6 +3,7 @@
     python bench/bench_curation.py                      # 2,000 pairs zero-cost, 200 pairs tiny VLM
     python bench/bench_curation.py --zero-cost 5000 --tiny 0
     python bench/bench_curation.py --memory 100000 1000000          # driver peak RSS per night size
+    python bench/bench_curation.py --memory 60000 --set window_pairs=5000 --per-window   # what each window leaves
 
 Synthetic shards (half Parquet with embedded images, half WebDataset tars) are curated from
 scratch, then once more under another curation name sharing the answer cache (every answer
@@ -68,21 +69,119 @@ def bench(label: str, backbone: str, n_pairs: int, per_shard: int, work: Path, o
           f"(sent {result.stage('answers').sent})", flush=True)
 
 
+def driver_state() -> dict:
+    """What the driver holds now: RSS (MB), Arrow's pool (MB), threads, gc-tracked objects, and
+    live Ray objects (datasets, streaming executors, object references it owns or borrows)."""
+    import gc
+
+    import pyarrow as pa
+    import ray
+
+    gc.collect()
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    rollup = dict(line.split(":", 1) for line in Path("/proc/self/smaps_rollup").read_text().splitlines()[1:])
+    mb = lambda table, key: int(table[key].split()[0]) / 1024  # noqa: E731
+    objects = gc.get_objects()
+    names = [type(o).__name__ for o in objects]
+    return {
+        "peak": mb(status, "VmHWM"),
+        "rss": mb(status, "VmRSS"),
+        "anon": mb(rollup, "Anonymous"),
+        "shmem": mb(status, "RssShmem"),
+        "file": mb(status, "RssFile"),
+        "arrow": pa.total_allocated_bytes() / 2**20,
+        "threads": int(status["Threads"]),
+        "objects": len(objects),
+        "datasets": names.count("Dataset") + names.count("MaterializedDataset"),
+        "executors": names.count("StreamingExecutor"),
+        "refs": len(ray._private.worker.global_worker.core_worker.get_all_reference_counts()),
+    }
+
+
+class PeakWhere:
+    """Samples the driver's RSS every few ms in a thread and remembers where the main thread
+    was (its innermost frames in pipeline/) when RSS was highest."""
+
+    def __init__(self, every_s: float = 0.01):
+        import os
+        import threading
+
+        self.every_s, self.page = every_s, os.sysconf("SC_PAGE_SIZE")
+        self.main = threading.main_thread().ident
+        self.peak, self.where = 0, ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import traceback
+
+        with open("/proc/self/statm") as statm:
+            while not self._stop.wait(self.every_s):
+                statm.seek(0)
+                rss = int(statm.read().split()[1]) * self.page
+                if rss > self.peak:
+                    self.peak = rss
+                    frame = sys._current_frames().get(self.main)
+                    ours = [f for f in traceback.extract_stack(frame) if "/pipeline/" in f.filename] if frame else []
+                    self.where = " < ".join(f"{Path(f.filename).stem}.{f.name}:{f.lineno}" for f in reversed(ours[-3:]))
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def probe_windows() -> list[dict]:
+    """Print `driver_state()` after each curation window, with where its RSS peaked; returns
+    the rows printed."""
+    import pipeline.curation as curation
+
+    process_window, rows = curation.process_window, []
+
+    def probed(*args, **kwargs):
+        Path("/proc/self/clear_refs").write_text("5")  # VmHWM from here: this window's peak
+        timings = args[3].timings  # the run's CurationResult: seconds per stage, summed over windows
+        before = dict(timings)
+        with PeakWhere() as peak:
+            errors = process_window(*args, **kwargs)
+        seconds = " ".join(f"{k}={v - before.get(k, 0.0):.1f}" for k, v in timings.items() if v - before.get(k, 0.0) >= 0.05)
+        rows.append(driver_state() | {"peak_at": peak.where, "seconds": seconds})
+        print(f"window {len(rows):>3}: " + ", ".join(f"{k} {v:,.1f}" if isinstance(v, float) else f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in rows[-1].items()), flush=True)
+        return errors
+
+    curation.process_window = probed
+    return rows
+
+
 def memory_case(args) -> None:
-    """Child process: one zero-cost night; prints its wall time, windows and driver peak RSS."""
+    """Child process: one zero-cost night; prints its wall time, windows and driver peak RSS
+    (and, with --per-window, the driver's state after each window and its RSS slope)."""
     import resource
 
     root, inputs = Path(args.work), Path(args.inputs)
     ensure_ray(num_cpus=args.num_cpus, progress_bars=False)
     curate(root, Path(args.warmup), "warmup", "zero-cost", args.rows_per_part)
+    probed = probe_windows() if args.per_window else []
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     seconds, result = curate(root, inputs, "night", "zero-cost", args.rows_per_part, args.set)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = max([peak] + [w["peak"] for w in probed])  # each window's probe restarts the kernel's peak
     windows = root / "curation" / "night" / "runs" / result.run_id / "windows"
     n_windows = len(list(windows.iterdir())) if windows.is_dir() else 1
     rows = result.totals()["rows_in"]
     print(f"{rows:>9,} pairs in {seconds:7.0f} s ({rows / seconds:,.0f} pairs/s), {n_windows} window(s): "
           f"driver peak RSS {peak:,.0f} MB (after warm-up {before:,.0f} MB); {result.stage('answers').sent:,} answers sent", flush=True)
+    if len(probed) > 2:  # the first window warms caches and pools: the slopes are taken after it
+        import numpy as np
+
+        later = probed[1:]
+        slope = {k: np.polyfit(np.arange(len(later)), [w[k] for w in later], 1)[0] for k in ("rss", "peak")}
+        print(f"{rows:>9,} pairs in windows: driver RSS slope {slope['rss']:+.1f} MB/window after windows, {slope['peak']:+.1f} "
+              f"MB/window of window peaks, over windows 2-{len(probed)} (after window 1 {probed[0]['rss']:,.0f} MB, "
+              f"after the last {probed[-1]['rss']:,.0f} MB)", flush=True)
 
 
 def memory(args) -> None:
@@ -102,8 +201,11 @@ def memory(args) -> None:
                    "--warmup", str(work / "in-warmup"), "--rows-per-part", str(args.rows_per_part), *[f"--set={x}" for x in args.set]]
             if args.num_cpus:
                 cmd += ["--num-cpus", str(args.num_cpus)]
+            if args.per_window:
+                cmd.append("--per-window")
             proc = subprocess.run(cmd, env=dict(os.environ), text=True, capture_output=True)
-            print("\n".join(ln for ln in proc.stdout.splitlines() if "pairs in" in ln) or proc.stderr[-3000:], flush=True)
+            shown = [ln for ln in proc.stdout.splitlines() if "pairs in" in ln or ln.startswith("window")]
+            print("\n".join(shown) or proc.stderr[-3000:], flush=True)
             shutil.rmtree(inputs, ignore_errors=True)
             shutil.rmtree(work / f"work-{n}", ignore_errors=True)
     finally:
@@ -119,6 +221,7 @@ def main() -> None:
     parser.add_argument("--num-cpus", type=int, default=None, help="local Ray CPUs (default: all)")
     parser.add_argument("--memory", type=int, nargs="+", default=None, help="instead: driver peak RSS of zero-cost nights of these sizes")
     parser.add_argument("--set", action="append", default=[], help="extra curation override (key=value) for --memory, repeatable")
+    parser.add_argument("--per-window", action="store_true", help="with --memory: the driver's state after each window")
     parser.add_argument("--memory-case", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
     parser.add_argument("--inputs", help=argparse.SUPPRESS)

@@ -2,6 +2,7 @@
 window at a time, and a job killed in the middle of a window resuming to the same outputs."""
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -106,7 +107,13 @@ def test_windowed_curation_publishes_what_one_pass_publishes(ray_session, tmp_pa
     write_inputs(one)
     write_inputs(windowed)
     single = run_curation(config(one, "window_gb=null"))
+    owned = set(ray_session._private.worker.global_worker.core_worker.get_all_reference_counts())
     result = run_curation(config(windowed, "window_shards=1"))
+    # the windows leave no Ray dataset, streaming executor or object reference behind
+    gc.collect()
+    kept = {"Dataset", "MaterializedDataset", "StreamingExecutor", "OpState", "RefBundle"}
+    assert not [o for o in gc.get_objects() if type(o).__name__ in kept and str(type(o).__module__).startswith("ray.data")]
+    assert set(ray_session._private.worker.global_worker.core_worker.get_all_reference_counts()) <= owned
     assert (windowed / "curation" / "smoke" / "runs" / result.run_id / "windows" / "0002" / "scores").is_dir()
     got, want = outputs(windowed), outputs(one)
     assert list(got) == list(want) and len(got) == 12

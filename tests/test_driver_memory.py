@@ -1,0 +1,50 @@
+"""Polars' allocator gives freed pages back at once in pipeline processes (pipeline/allocator.py):
+freed polars memory that lingered raised and scattered the driver's peak from window to window.
+(That a curation window leaves no Ray dataset, executor or object reference behind is checked
+in test_curation_windows.py.)"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.allocator import ENV, POLARS_MALLOC_CONF
+
+REPO = Path(__file__).resolve().parent.parent
+
+# jemalloc prints its options at exit with stats_print; polars' jemalloc is prefixed `_rjem_`.
+PROBE = (
+    "import os, pipeline; os.environ[{env!r}] = ','.join(filter(None, [os.environ.get({env!r}), 'stats_print:true,stats_print_opts:mdablxe'])); "
+    "import polars as pl; pl.DataFrame({{'a': range(10)}}).sum(); print('env', os.environ[{env!r}])"
+)
+
+
+def polars_allocator_options(env: dict) -> tuple[str, dict[str, str]]:
+    out = subprocess.run([sys.executable, "-c", PROBE.format(env=ENV)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    text = out.stdout + out.stderr
+    options = dict(line.strip().split(": ", 1)[0:2] for line in text.splitlines() if line.strip().startswith("opt.") and ": " in line)
+    if "opt.dirty_decay_ms" not in options:
+        pytest.skip("this polars build does not use jemalloc")
+    return text, {k: v.split()[0] for k, v in options.items()}
+
+
+def clean_env() -> dict:
+    env = {k: v for k, v in os.environ.items() if k != ENV}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    return env
+
+
+def test_importing_pipeline_makes_polars_return_freed_memory_at_once():
+    _, options = polars_allocator_options(clean_env())
+    assert options["opt.dirty_decay_ms"] == "0"  # polars' own default: 500
+    assert options["opt.muzzy_decay_ms"] == "0"  # polars' own default: 1000
+
+
+def test_an_allocator_setting_of_the_user_is_kept():
+    text, options = polars_allocator_options(clean_env() | {ENV: "dirty_decay_ms:250"})
+    assert options["opt.dirty_decay_ms"] == "250"
+    assert POLARS_MALLOC_CONF not in text
