@@ -61,7 +61,10 @@ from pipeline.shards import (
     read_pairs_task,
 )
 from pipeline.stages import ingest
+from pipeline.stages.answers import answer_store
 from pipeline.stages.engine_stage import StageReport
+from pipeline.stages.questions import generation_store
+from pipeline.store_admin import compact_between_windows
 
 log = logging.getLogger(__name__)
 
@@ -350,6 +353,9 @@ def _score_new_shards(cfg: ResolvedConfig, lease: Lease) -> CurationResult:
         log.info("curation %s: window %d of %d, %d shard(s)", c.name, k + 1, len(windows), len(window))
         errors = pl.concat([errors, process_window(cfg, window, window_dir, result, manifest, fingerprint, rule, lease)])
         result.reports = merge_reports(result.reports)
+        if k + 1 < len(windows):
+            with clock("compact"):
+                compact_stores(cfg)
     result.errors = errors
     result.timings["total"] = time.perf_counter() - t_start
     write_report(cfg, result, rule)
@@ -357,6 +363,17 @@ def _score_new_shards(cfg: ResolvedConfig, lease: Lease) -> CurationResult:
 
 
 # -- windows: a night in bounded pieces ----------------------------------------------------------
+
+
+def compact_stores(cfg: ResolvedConfig) -> None:
+    """Compact the answer and generation stores between windows (`compact_between_windows`)."""
+    c: CurationConfig = cfg.sweep  # type: ignore[assignment]
+    q = c.questions
+    generators = (c.backbones if q.per_backbone else [q.generator]) if q.source == "model" else []
+    stores = [answer_store(c.store, cfg.backbones[b]) for b in c.backbones]
+    stores += [generation_store(c.store, cfg.backbones[g]) for g in dict.fromkeys(generators)]
+    for store in stores:
+        compact_between_windows(store)
 
 
 def plan_windows(

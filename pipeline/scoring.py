@@ -27,11 +27,12 @@ from pipeline.config import (
     required_question_sets,
 )
 from pipeline.stages import questions as qstage
-from pipeline.stages.answers import AnswerReport, plan_answers, run_answers
+from pipeline.stages.answers import AnswerReport, answer_store, plan_answers, run_answers
 from pipeline.stages.engine_stage import StageReport
 from pipeline.stages.evidence import run_evidence
 from pipeline.stages.judge import run_judge
 from pipeline.stages.scores import question_records, score_items
+from pipeline.store_admin import compact_between_windows
 
 log = logging.getLogger(__name__)
 WINDOWS_FOLDER = "_windows"  # scratch for per-window records; removed once they are merged
@@ -199,6 +200,9 @@ def score_items_windowed(items: pl.DataFrame, shipped: pl.DataFrame | None, cfg:
                 plan = plan_answers(window, questions, backbone, cfg.prompts, sets, holistic)
             with timings("answers"):
                 answers, report = run_answers(plan, backbone, cfg.prompts, s.store, s.compute)
+            if k + 1 < len(starts):
+                with timings("compact"):
+                    compact_between_windows(answer_store(s.store, backbone))
             reports.append(report)
             needed = pl.from_arrow(plan.requests.select(["key", "kind"]))
             masses.append(needed.join(answers, on="key", how="left").select(

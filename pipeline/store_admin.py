@@ -20,6 +20,7 @@ all of them, e.g. after a disk or bucket incident, and says what it found.
 from __future__ import annotations
 
 import json
+import logging
 import posixpath
 import time
 from dataclasses import dataclass, field
@@ -41,6 +42,8 @@ from pipeline.store import (
     PartStore,
     filesystem,
 )
+
+log = logging.getLogger(__name__)
 
 GC_MIN_AGE_S = 3600.0  # a temporary file younger than this may belong to a live writer
 
@@ -219,6 +222,22 @@ def compact(root: str, *, target_rows: int = COMPACT_TARGET_ROWS, small_rows: in
         summary["quarantined"] = [q["path"] for q in store.quarantined]
         summaries.append(summary)
     return summaries
+
+
+def compact_between_windows(store: PartStore) -> None:
+    """Fold the parts a night wrote so far into key-indexed parts, between its windows.
+
+    A window's missing-key check reads every part without a key index in full, so without
+    this window k would read the parts of all k-1 windows before it (quadratic in the night);
+    with it, it searches one index per earlier window. Under the folder's lease (as
+    `compact`); a folder leased elsewhere is left for later."""
+    from pipeline.lease import Lease, LeaseHeld
+
+    try:
+        with Lease(store.url, what=f"compact {store.url}"):
+            store.compact()
+    except LeaseHeld as held:
+        log.info("between windows: %s not compacted now (%s)", store.url, held)
 
 
 def _age_s(info: dict, now: float) -> float | None:

@@ -70,6 +70,12 @@ def test_windowed_sweep_writes_what_one_pass_writes(one_pass, tmp_path):
     w, o = answers_report(windowed), answers_report(one_pass)
     assert (w.needed, w.cached, w.sent, w.failed) == (o.needed, o.cached, o.sent, o.failed)
     assert w.answer_mass.equals(o.answer_mass)
+    # the answers of earlier windows were compacted between windows (searched by key index)
+    answers_dir = tmp_path / "store" / "answers" / "zero-cost"
+    compacted = list(answers_dir.glob("part-k*.parquet"))
+    assert compacted and all(Path(f"{p}.keyidx").is_file() for p in compacted)
+    keys = pl.concat([pl.read_parquet(p, columns=["key"]) for p in answers_dir.glob("part-*.parquet")])["key"]
+    assert keys.len() == keys.n_unique() == o.needed
     again = run_sweep(config(tmp_path, "window_items=7"))
     assert answers_report(again).sent == 0 and answers_report(again).cached == o.needed
 

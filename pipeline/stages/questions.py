@@ -45,6 +45,10 @@ def provided_questions(items: pl.DataFrame, questions: pl.DataFrame | None, sets
     return questions, errors
 
 
+def generation_store(store_url: str, generator: BackboneSpec) -> PartStore:
+    return PartStore(f"{store_url}/generations/{generator.name}", schema.GENERATIONS)
+
+
 def generation_requests(captions: list[str], sets: list[str], generator: BackboneSpec, prompts: PromptSet) -> pa.Table:
     """One request per (question set, caption); keys hashed in bulk, the fingerprint once."""
     fingerprint = generator.fingerprint()
@@ -82,7 +86,7 @@ def generated_questions(
     """Generate (or read cached) questions for every distinct caption, then parse them."""
     captions = items["caption"].unique(maintain_order=True).to_list()
     requests = generation_requests(captions, sets, generator, prompts)
-    store = PartStore(f"{store_url}/generations/{generator.name}", schema.GENERATIONS)
+    store = generation_store(store_url, generator)
     stored, report = run_and_read(
         columns=["key", "text"],
         stage="questions",
