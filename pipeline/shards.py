@@ -375,7 +375,7 @@ def extract_checked(images: Folder, data: bytes) -> tuple[str, str]:
     A bytes blob that does not decode raises ImageError and is not stored.
     """
     path, digest = content_address(images, data)
-    if not images.fs.exists(path):
+    if not images.exists_now(path):
         decode_image(data, images.uri(path))
         images.write_once(path, data)
     return images.uri(path), digest

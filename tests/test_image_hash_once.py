@@ -112,3 +112,26 @@ def test_the_hash_cache_is_read_only_for_this_inputs_files(tmp_path, ray_session
     assert report.cached == 2 and report.sent == 0
     assert reads == [(2, 2)]  # two keys asked, two rows read: the other four entries stay unread
     assert tonight["image_hash"].to_list() == [image_hash(image_bytes(i)) for i in (0, 1)]
+
+
+def test_write_once_writes_each_image_once_and_survives_a_removed_folder(tmp_path):
+    """Extraction writes images with os calls (fsspec's exists and makedirs cost more than the
+    write); the folders it made are remembered, so one removed since (a cleanup) is made again."""
+    import shutil
+
+    from pipeline.benchmarks.io import content_address
+
+    folder = Folder(str(tmp_path / "images"))
+    data = [bytes([i]) * 40 for i in range(3)]
+    paths = [content_address(folder, d)[0] for d in data]
+    folder.write_once(paths[0], data[0])
+    assert open(paths[0], "rb").read() == data[0] and folder.exists_now(paths[0])
+    folder.write_once(paths[0], b"other bytes")  # already there: not rewritten
+    assert open(paths[0], "rb").read() == data[0]
+    for path in paths:
+        if os.path.isdir(os.path.dirname(path)):
+            shutil.rmtree(os.path.dirname(path))  # removed behind the folder's back
+    for path, d in zip(paths, data, strict=True):
+        folder.write_once(path, d)
+        assert open(path, "rb").read() == d
+    assert not [n for n in os.listdir(os.path.dirname(paths[0])) if n.startswith(".part-")]  # no temp file left

@@ -72,6 +72,7 @@ class Folder:
         self.fs, path = url_to_fs(uri)
         self.path = path.rstrip("/") or "/"
         self._listings: dict[str, frozenset[str]] = {}
+        self._made: set[str] = set()  # local folders write_once made or found
 
     @property
     def is_local(self) -> bool:
@@ -136,6 +137,10 @@ class Folder:
             self._listings[parent] = frozenset(name.rstrip("/") for name in names)
         return path in self._listings[parent]
 
+    def exists_now(self, path: str) -> bool:
+        """Whether the file exists, asked now (no cached listing; os.stat for a local folder)."""
+        return os.path.exists(path) if self.is_local else self.fs.exists(path)
+
     def open(self, path: str, mode: str = "rb") -> BinaryIO:
         """Open a whole file of the release; a missing one raises an error naming it."""
         if not self.fs.isfile(path):
@@ -159,16 +164,26 @@ class Folder:
 
     def write_once(self, path: str, data: bytes) -> None:
         """Write `data` unless the file exists; readers never see a partial file."""
-        if self.fs.exists(path):
+        if not self.is_local:
+            if not self.fs.exists(path):
+                self.fs.pipe_file(path, data)  # one PUT on object stores: atomic
             return
-        if self.is_local:
-            os.makedirs(posixpath.dirname(path), exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=posixpath.dirname(path), prefix=".part-")
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        else:
-            self.fs.pipe_file(path, data)  # one PUT on object stores: atomic
+        # local: os calls, not fsspec's (an extraction writes 100k images into 256 folders,
+        # and fsspec's exists + makedirs cost more than the file's own write)
+        if os.path.exists(path):
+            return
+        folder = posixpath.dirname(path)
+        if folder not in self._made:
+            os.makedirs(folder, exist_ok=True)
+            self._made.add(folder)
+        try:
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".part-")
+        except FileNotFoundError:  # the folder was removed since: make it again
+            os.makedirs(folder, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".part-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
 
 
 def _protocols(fs) -> tuple[str, ...]:
