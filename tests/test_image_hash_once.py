@@ -116,7 +116,7 @@ def test_the_hash_cache_is_read_only_for_this_inputs_files(tmp_path, ray_session
 
 def test_write_once_writes_each_image_once_and_survives_a_removed_folder(tmp_path):
     """Extraction writes images with os calls (fsspec's exists and makedirs cost more than the
-    write); the folders it made are remembered, so one removed since (a cleanup) is made again."""
+    write), making a folder only when it is missing, also one removed since (a cleanup)."""
     import shutil
 
     from pipeline.benchmarks.io import content_address

@@ -72,7 +72,6 @@ class Folder:
         self.fs, path = url_to_fs(uri)
         self.path = path.rstrip("/") or "/"
         self._listings: dict[str, frozenset[str]] = {}
-        self._made: set[str] = set()  # local folders write_once made or found
 
     @property
     def is_local(self) -> bool:
@@ -164,21 +163,18 @@ class Folder:
 
     def write_once(self, path: str, data: bytes) -> None:
         """Write `data` unless the file exists; readers never see a partial file."""
+        if self.exists_now(path):
+            return
         if not self.is_local:
-            if not self.fs.exists(path):
-                self.fs.pipe_file(path, data)  # one PUT on object stores: atomic
+            self.fs.pipe_file(path, data)  # one PUT on object stores: atomic
             return
-        # local: os calls, not fsspec's (an extraction writes 100k images into 256 folders,
-        # and fsspec's exists + makedirs cost more than the file's own write)
-        if os.path.exists(path):
-            return
+        # local: os calls, not fsspec's (an extraction writes 100k images into 256 folders, and
+        # fsspec's exists + makedirs per image cost more than the file's own write); the folder
+        # is made only when the temporary file cannot be created in it
         folder = posixpath.dirname(path)
-        if folder not in self._made:
-            os.makedirs(folder, exist_ok=True)
-            self._made.add(folder)
         try:
             fd, tmp = tempfile.mkstemp(dir=folder, prefix=".part-")
-        except FileNotFoundError:  # the folder was removed since: make it again
+        except FileNotFoundError:
             os.makedirs(folder, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=folder, prefix=".part-")
         with os.fdopen(fd, "wb") as f:
