@@ -48,7 +48,7 @@ from pipeline import store as st
 from pipeline.config import ConfigError, ResolvedConfig, SweepConfig, join_url, load_config, required_question_sets
 from pipeline.lease import Lease
 from pipeline.runtime import MemoryLimits, ensure_ray, git_commit, library_versions, task_options
-from pipeline.scoring import Timings, score_items_all_backbones
+from pipeline.scoring import Timings, question_generators, score_items_all_backbones
 from pipeline.shards import (
     CHANGE_DETECTION,
     PAIRS,
@@ -368,10 +368,8 @@ def _score_new_shards(cfg: ResolvedConfig, lease: Lease) -> CurationResult:
 def compact_stores(cfg: ResolvedConfig) -> None:
     """Compact the answer and generation stores between windows (`compact_between_windows`)."""
     c: CurationConfig = cfg.sweep  # type: ignore[assignment]
-    q = c.questions
-    generators = (c.backbones if q.per_backbone else [q.generator]) if q.source == "model" else []
     stores = [answer_store(c.store, cfg.backbones[b]) for b in c.backbones]
-    stores += [generation_store(c.store, cfg.backbones[g]) for g in dict.fromkeys(generators)]
+    stores += [generation_store(c.store, cfg.backbones[g]) for g in dict.fromkeys(question_generators(c))]
     for store in stores:
         compact_between_windows(store)
 

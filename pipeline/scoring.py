@@ -22,6 +22,7 @@ from pipeline import store as st
 from pipeline.config import (
     HOLISTIC_METRICS,
     ResolvedConfig,
+    SweepConfig,
     is_answer_metric,
     judge_kinds,
     required_question_sets,
@@ -62,6 +63,15 @@ def needs_holistic(metric_ids: list[str]) -> bool:
     return any(m in HOLISTIC_METRICS or m == "depict" or m.endswith("+vqascore") for m in metric_ids)
 
 
+def question_generators(s: SweepConfig) -> list[str]:
+    """The backbones that write questions: each backbone its own, one shared generator, or
+    none when the questions ship with the benchmark."""
+    q = s.questions
+    if q.source != "model":
+        return []
+    return list(s.backbones) if q.per_backbone else [q.generator]
+
+
 def obtain_questions(items: pl.DataFrame, shipped: pl.DataFrame | None, cfg: ResolvedConfig, out: Scored) -> dict[str, pl.DataFrame]:
     """Questions for every backbone: shipped with the benchmark, or generated once per caption."""
     s, q = cfg.sweep, cfg.sweep.questions
@@ -71,7 +81,7 @@ def obtain_questions(items: pl.DataFrame, shipped: pl.DataFrame | None, cfg: Res
         out.errors.append(errors)
         out.questions = questions
         return {b: questions for b in s.backbones}
-    generators = s.backbones if q.per_backbone else [q.generator]
+    generators = question_generators(s)
     generated = {}
     for name in generators:
         generated[name], report = qstage.generated_questions(items, sets, cfg.backbones[name], cfg.prompts, s.store, s.compute, q.max_questions)
