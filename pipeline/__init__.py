@@ -2,12 +2,12 @@
 
 `from pipeline import Scorer` is the Python API (pipeline/api.py); it is imported on first
 use so that importing any other pipeline module (in every Ray worker) stays light.
-Importing the package first sets polars' allocator to return freed memory at once
-(pipeline/allocator.py): polars reads that setting when it loads.
+Importing the package first sets polars' and Arrow's allocators to return freed memory at
+once (pipeline/allocator.py): each reads its setting when it loads.
 """
-from pipeline.allocator import configure_polars_allocator
+from pipeline.allocator import configure_allocators
 
-configure_polars_allocator()
+configure_allocators()
 
 
 def __getattr__(name: str):

@@ -1,5 +1,6 @@
-"""Polars' allocator gives freed pages back at once in pipeline processes (pipeline/allocator.py):
-freed polars memory that lingered raised and scattered the driver's peak from window to window.
+"""Polars' and Arrow's allocators give freed pages back at once in pipeline processes
+(pipeline/allocator.py): freed memory that lingered raised and scattered the driver's peak from
+window to window.
 (That a curation window leaves no Ray dataset, executor or object reference behind is checked
 in test_curation_windows.py.)"""
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.allocator import ENV, POLARS_MALLOC_CONF
+from pipeline.allocator import ARROW_ENV, ENV, POLARS_MALLOC_CONF
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -33,7 +34,7 @@ def polars_allocator_options(env: dict) -> tuple[str, dict[str, str]]:
 
 
 def clean_env() -> dict:
-    env = {k: v for k, v in os.environ.items() if k != ENV}
+    env = {k: v for k, v in os.environ.items() if k not in (ENV, ARROW_ENV)}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     return env
 
@@ -48,3 +49,25 @@ def test_an_allocator_setting_of_the_user_is_kept():
     text, options = polars_allocator_options(clean_env() | {ENV: "dirty_decay_ms:250"})
     assert options["opt.dirty_decay_ms"] == "250"
     assert POLARS_MALLOC_CONF not in text
+
+
+# mimalloc prints its options when it starts with MIMALLOC_VERBOSE=1 (pyarrow's default pool).
+ARROW_PROBE = "import pipeline, pyarrow as pa; pa.array([1, 2, 3]); print(pa.default_memory_pool().backend_name)"
+
+
+def arrow_allocator_options(env: dict) -> dict[str, str]:
+    out = subprocess.run([sys.executable, "-c", ARROW_PROBE], cwd=REPO, env=env | {"MIMALLOC_VERBOSE": "1"}, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    if out.stdout.strip() != "mimalloc":
+        pytest.skip(f"this pyarrow's default pool is {out.stdout.strip()}, not mimalloc")
+    lines = [ln.split("option '", 1)[1] for ln in (out.stdout + out.stderr).splitlines() if ln.startswith("option '")]
+    return {ln.split("'", 1)[0]: ln.split(": ", 1)[1].split()[0] for ln in lines}
+
+
+def test_importing_pipeline_makes_arrow_purge_freed_pages_at_once():
+    options = arrow_allocator_options(clean_env())
+    assert options["purge_delay"] == "0"  # mimalloc's own default: 10 (ms)
+
+
+def test_an_arrow_allocator_setting_of_the_user_is_kept():
+    assert arrow_allocator_options(clean_env() | {ARROW_ENV: "25"})["purge_delay"] == "25"
