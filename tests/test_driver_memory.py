@@ -6,13 +6,14 @@ in test_curation_windows.py.)"""
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from pipeline.allocator import ARROW_ENV, ENV, POLARS_MALLOC_CONF
+from pipeline.allocator import ARROW_ENV, ENV, MALLOC_ARENAS, POLARS_MALLOC_CONF
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -71,3 +72,45 @@ def test_importing_pipeline_makes_arrow_purge_freed_pages_at_once():
 
 def test_an_arrow_allocator_setting_of_the_user_is_kept():
     assert arrow_allocator_options(clean_env() | {ARROW_ENV: "25"})["purge_delay"] == "25"
+
+
+# glibc's malloc_info writes one <heap nr="..."> element per arena. Each new thread that
+# allocates gets an arena of its own while there are fewer than the limit.
+ARENAS_PROBE = """
+import ctypes, tempfile, threading
+import pipeline  # caps the arenas (pipeline/allocator.py)
+import pyarrow, polars  # both start threads as they load
+alive = threading.Barrier(6)
+def allocate():  # every thread allocates while all six are alive (an exited thread frees its arena)
+    [bytearray(4096) for _ in range(100)]  # over pymalloc's 512 bytes: glibc's malloc
+    alive.wait()
+threads = [threading.Thread(target=allocate) for _ in range(6)]
+[t.start() for t in threads]; [t.join() for t in threads]
+libc = ctypes.CDLL(None)
+libc.fopen.restype = ctypes.c_void_p
+libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+libc.fclose.argtypes = [ctypes.c_void_p]
+libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+with tempfile.NamedTemporaryFile(suffix=".xml") as out:
+    f = libc.fopen(out.name.encode(), b"w"); libc.malloc_info(0, f); libc.fclose(f)
+    print(open(out.name).read().count("<heap nr="))
+"""
+
+
+def malloc_arenas(env: dict) -> int:
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc's malloc only")
+    out = subprocess.run([sys.executable, "-c", ARENAS_PROBE], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return int(out.stdout.split()[-1])
+
+
+def test_importing_pipeline_makes_threads_share_two_malloc_arenas():
+    assert malloc_arenas(clean_env()) == MALLOC_ARENAS == 2
+
+
+def test_an_arena_limit_of_the_user_is_kept():
+    """Also the probe's own check: with a limit of 64, the six threads (and pyarrow's and
+    polars' own) take arenas of their own."""
+    assert malloc_arenas(clean_env() | {"GLIBC_TUNABLES": "glibc.malloc.arena_max=64"}) >= 7  # the main arena and one per thread
+    assert malloc_arenas(clean_env() | {"MALLOC_ARENA_MAX": "3"}) == 3
