@@ -70,12 +70,15 @@ def bench(label: str, backbone: str, n_pairs: int, per_shard: int, work: Path, o
 
 
 def driver_state() -> dict:
-    """What the driver holds now: RSS (MB), Arrow's pool (MB), threads, gc-tracked objects, and
-    live Ray objects (datasets, streaming executors, object references it owns or borrows)."""
+    """What the driver holds now: RSS (MB), Arrow's pool (MB), the parsed key indexes it keeps
+    (MB, pipeline/store.py, bounded), threads, gc-tracked objects, and live Ray objects
+    (datasets, streaming executors, object references it owns or borrows)."""
     import gc
 
     import pyarrow as pa
     import ray
+
+    from pipeline import store as st
 
     gc.collect()
     status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
@@ -90,6 +93,7 @@ def driver_state() -> dict:
         "shmem": mb(status, "RssShmem"),
         "file": mb(status, "RssFile"),
         "arrow": pa.total_allocated_bytes() / 2**20,
+        "indexes": st._INDEXES.nbytes / 2**20,
         "threads": int(status["Threads"]),
         "objects": len(objects),
         "datasets": names.count("Dataset") + names.count("MaterializedDataset"),
@@ -178,8 +182,9 @@ def memory_case(args) -> None:
         import numpy as np
 
         later = probed[1:]
-        slope = {k: np.polyfit(np.arange(len(later)), [w[k] for w in later], 1)[0] for k in ("rss", "peak")}
-        print(f"{rows:>9,} pairs in windows: driver RSS slope {slope['rss']:+.1f} MB/window after windows, {slope['peak']:+.1f} "
+        slope = {k: np.polyfit(np.arange(len(later)), [w[k] for w in later], 1)[0] for k in ("rss", "peak", "indexes")}
+        print(f"{rows:>9,} pairs in windows: driver RSS slope {slope['rss']:+.1f} MB/window after windows "
+              f"({slope['indexes']:+.1f} of it the key indexes kept), {slope['peak']:+.1f} "
               f"MB/window of window peaks, over windows 2-{len(probed)} (after window 1 {probed[0]['rss']:,.0f} MB, "
               f"after the last {probed[-1]['rss']:,.0f} MB)", flush=True)
 
