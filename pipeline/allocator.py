@@ -10,26 +10,27 @@ at 0 a polars-heavy step (sort, join, group-by of 1M rows) peaks at 369 MB every
 against 425-480 MB by default, and a 300k-pair curation's window peaks fell from 1.96 to
 1.77 GB on average (docs/curation.md), at the same throughput.
 
-Arrow's default pool (mimalloc in pyarrow's wheels) purges freed pages only 10 ms after the
-free, and only when the freeing thread next allocates: a driver that builds a window's tables
-and then drops them keeps the pages. With the delay at 0 a 100k-pair curation window peaked
-at 1.43-1.44 GB instead of 1.68-1.71 GB (three runs each), and held 0.28 GB of anonymous
-memory after the window instead of 0.47-0.56 GB, at the same speed (docs/curation.md).
+Arrow's default pool (mimalloc in pyarrow's wheels) purges freed pages only a second after
+the free (its `purge_delay`, 1000 ms), and only when the freeing thread next allocates: a
+driver that builds a window's tables and then drops them keeps the pages. With the delay at
+0 a 100k-pair curation window peaked at 1.43-1.44 GB instead of 1.68-1.71 GB (three runs
+each), and held 0.28 GB of anonymous memory after the window instead of 0.47-0.56 GB, at the
+same speed (docs/curation.md).
 
 Both allocators read their settings once, when their library loads (`_RJEM_MALLOC_CONF`,
-`MIMALLOC_PURGE_DELAY`); so this runs from `pipeline/__init__.py`, before any pipeline module
-imports polars or pyarrow. Local Ray workers inherit the driver's environment. A value the
-user set is kept.
+`MIMALLOC_PURGE_DELAY`; mimalloc's as pyarrow is imported); so this runs from
+`pipeline/__init__.py`, before any pipeline module imports polars or pyarrow. Local Ray
+workers inherit the driver's environment. A value the user set is kept.
 
 The C allocator (glibc's malloc: Python objects over 512 bytes, Ray's core worker, gRPC,
 Arrow's C++ containers) gives each new thread its own arena, up to eight per core. pyarrow and
 polars start threads when they load, Ray starts dozens more in the driver, and memory freed in
 one arena is reused only by the threads of that arena. A curation driver's RSS rose by ~30 MB
 per 100k-pair window, all of it in glibc's thread arenas, though no allocation outlived its
-window (memray). With two arenas the rise over a 1M-pair night fell to ~8 MB per window, the
-key indexes a process keeps (pipeline/store.py), at the same speed. glibc reads
-MALLOC_ARENA_MAX when the process starts, so the cap is set with `mallopt` instead, also at
-import, before pyarrow and polars start their threads.
+window (memray). With two arenas, three 1M-pair nights rose by +1 to +20 MB per window, ~6 MB
+of it the key indexes a process keeps (pipeline/store.py, bounded), at the same speed. glibc
+reads MALLOC_ARENA_MAX when the process starts, so the cap is set with `mallopt` instead, at
+import too, before pyarrow and polars start their threads.
 """
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ def arrow_allocator_options(env: dict) -> dict[str, str]:
 
 def test_importing_pipeline_makes_arrow_purge_freed_pages_at_once():
     options = arrow_allocator_options(clean_env())
-    assert options["purge_delay"] == "0"  # mimalloc's own default: 10 (ms)
+    assert options["purge_delay"] == "0"  # the default of pyarrow's mimalloc: 1000 (ms)
 
 
 def test_an_arrow_allocator_setting_of_the_user_is_kept():
