@@ -31,6 +31,8 @@ if importlib.util.find_spec("pipeline") is None:  # a fresh clone without `pip i
 sys.path.insert(0, str(ROOT / "tests"))  # the synthetic shard writers
 
 import pipeline  # noqa: E402, F401  first: it sets the allocators before pyarrow loads (pipeline/allocator.py)
+
+# isort: split
 from curation_shards import pair_rows, tar_samples, write_parquet, write_tar  # noqa: E402
 
 from pipeline.curation import load_curation_config, run_curation  # noqa: E402
