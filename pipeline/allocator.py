@@ -13,8 +13,8 @@ against 425-480 MB by default, and a 300k-pair curation's window peaks fell from
 Arrow's default pool (mimalloc in pyarrow's wheels) purges freed pages only a second after
 the free (its `purge_delay`, 1000 ms), and only when the freeing thread next allocates: a
 driver that builds a window's tables and then drops them keeps the pages. With the delay at
-0 a 100k-pair curation window peaked at 1.43-1.44 GB instead of 1.68-1.71 GB (three runs
-each), and held 0.28 GB of anonymous memory after the window instead of 0.47-0.56 GB, at the
+0 a 100k-pair curation window peaked at 1.43-1.45 GB instead of 1.68-1.71 GB (three runs or more
+each), and held 0.28-0.36 GB of anonymous memory after the window instead of 0.47-0.56 GB, at the
 same speed (docs/curation.md).
 
 Both allocators read their settings once, when their library loads (`_RJEM_MALLOC_CONF`,
