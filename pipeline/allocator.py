@@ -37,6 +37,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import sys
 
 ENV = "_RJEM_MALLOC_CONF"
 POLARS_MALLOC_CONF = "dirty_decay_ms:0,muzzy_decay_ms:0"
@@ -44,10 +45,16 @@ ARROW_ENV = "MIMALLOC_PURGE_DELAY"
 ARROW_PURGE_DELAY_MS = "0"
 
 
+# Libraries loaded before pipeline whose allocator setting therefore did not apply here
+# (`ensure_ray` says so in the driver's log).
+LOADED_TOO_EARLY: list[str] = []
+
+
 def configure_allocators() -> None:
     """Set polars' jemalloc and Arrow's mimalloc to release freed pages at once and cap glibc's
     malloc arenas, unless the user set them (polars' and Arrow's settings have no effect in a
-    process that loaded them before importing pipeline)."""
+    process that loaded them before importing pipeline: `LOADED_TOO_EARLY` names them)."""
+    LOADED_TOO_EARLY[:] = [name for name, env in (("polars", ENV), ("pyarrow", ARROW_ENV)) if name in sys.modules and env not in os.environ]
     os.environ.setdefault(ENV, POLARS_MALLOC_CONF)
     os.environ.setdefault(ARROW_ENV, ARROW_PURGE_DELAY_MS)
     limit_malloc_arenas()

@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from importlib import metadata
 
-from pipeline import storage
+from pipeline import allocator, storage
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,8 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None, progress
 
     global _limits
     _limits = memory or MemoryLimits()
+    if allocator.LOADED_TOO_EARLY:
+        log.info("%s loaded before pipeline: its allocator keeps freed memory longer in this driver (import pipeline first; pipeline/allocator.py)", " and ".join(allocator.LOADED_TOO_EARLY))
     if not ray.is_initialized():
         kwargs = {"include_dashboard": False, "configure_logging": True, "logging_level": logging.WARNING}
         if address:

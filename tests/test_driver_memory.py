@@ -114,3 +114,12 @@ def test_an_arena_limit_of_the_user_is_kept():
     polars' own) take arenas of their own."""
     assert malloc_arenas(clean_env() | {"GLIBC_TUNABLES": "glibc.malloc.arena_max=64"}) >= 7  # the main arena and one per thread
     assert malloc_arenas(clean_env() | {"MALLOC_ARENA_MAX": "3"}) == 3
+
+
+LATE_PROBE = "import pyarrow, pipeline; from pipeline.allocator import LOADED_TOO_EARLY; print(','.join(LOADED_TOO_EARLY))"
+
+
+def test_a_library_loaded_before_pipeline_is_named_not_silently_left_as_it_was():
+    late = lambda env: subprocess.run([sys.executable, "-c", LATE_PROBE], cwd=REPO, env=env, capture_output=True, text=True, timeout=120).stdout.strip()  # noqa: E731
+    assert late(clean_env()) == "pyarrow"
+    assert late(clean_env() | {ARROW_ENV: "0"}) == ""  # set by the user before pyarrow loaded: it applied
