@@ -43,6 +43,8 @@ ENV = "_RJEM_MALLOC_CONF"
 POLARS_MALLOC_CONF = "dirty_decay_ms:0,muzzy_decay_ms:0"
 ARROW_ENV = "MIMALLOC_PURGE_DELAY"
 ARROW_PURGE_DELAY_MS = "0"
+# library -> (the variable its allocator reads as it loads, our value)
+SETTINGS = {"polars": (ENV, POLARS_MALLOC_CONF), "pyarrow": (ARROW_ENV, ARROW_PURGE_DELAY_MS)}
 
 
 # Libraries loaded before pipeline whose allocator setting therefore did not apply here
@@ -54,9 +56,9 @@ def configure_allocators() -> None:
     """Set polars' jemalloc and Arrow's mimalloc to release freed pages at once and cap glibc's
     malloc arenas, unless the user set them (polars' and Arrow's settings have no effect in a
     process that loaded them before importing pipeline: `LOADED_TOO_EARLY` names them)."""
-    LOADED_TOO_EARLY[:] = [name for name, env in (("polars", ENV), ("pyarrow", ARROW_ENV)) if name in sys.modules and env not in os.environ]
-    os.environ.setdefault(ENV, POLARS_MALLOC_CONF)
-    os.environ.setdefault(ARROW_ENV, ARROW_PURGE_DELAY_MS)
+    LOADED_TOO_EARLY[:] = [name for name, (env, _) in SETTINGS.items() if name in sys.modules and env not in os.environ]
+    for env, value in SETTINGS.values():
+        os.environ.setdefault(env, value)
     limit_malloc_arenas()
 
 

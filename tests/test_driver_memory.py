@@ -17,6 +17,13 @@ from pipeline.allocator import ARROW_ENV, ENV, MALLOC_ARENAS, POLARS_MALLOC_CONF
 
 REPO = Path(__file__).resolve().parent.parent
 
+
+def run_probe(code: str, env: dict) -> subprocess.CompletedProcess:
+    """Run `code` in a fresh interpreter (allocators read their settings as they load); it must succeed."""
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out
+
 # jemalloc prints its options at exit with stats_print; polars' jemalloc is prefixed `_rjem_`.
 PROBE = (
     "import os, pipeline; os.environ[{env!r}] = ','.join(filter(None, [os.environ.get({env!r}), 'stats_print:true,stats_print_opts:mdablxe'])); "
@@ -25,8 +32,7 @@ PROBE = (
 
 
 def polars_allocator_options(env: dict) -> tuple[str, dict[str, str]]:
-    out = subprocess.run([sys.executable, "-c", PROBE.format(env=ENV)], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
+    out = run_probe(PROBE.format(env=ENV), env)
     text = out.stdout + out.stderr
     options = dict(line.strip().split(": ", 1)[0:2] for line in text.splitlines() if line.strip().startswith("opt.") and ": " in line)
     if "opt.dirty_decay_ms" not in options:
@@ -57,8 +63,7 @@ ARROW_PROBE = "import pipeline, pyarrow as pa; pa.array([1, 2, 3]); print(pa.def
 
 
 def arrow_allocator_options(env: dict) -> dict[str, str]:
-    out = subprocess.run([sys.executable, "-c", ARROW_PROBE], cwd=REPO, env=env | {"MIMALLOC_VERBOSE": "1"}, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
+    out = run_probe(ARROW_PROBE, env | {"MIMALLOC_VERBOSE": "1"})
     if out.stdout.strip() != "mimalloc":
         pytest.skip(f"this pyarrow's default pool is {out.stdout.strip()}, not mimalloc")
     lines = [ln.split("option '", 1)[1] for ln in (out.stdout + out.stderr).splitlines() if ln.startswith("option '")]
@@ -100,9 +105,7 @@ with tempfile.NamedTemporaryFile(suffix=".xml") as out:
 def malloc_arenas(env: dict) -> int:
     if platform.libc_ver()[0] != "glibc":
         pytest.skip("glibc's malloc only")
-    out = subprocess.run([sys.executable, "-c", ARENAS_PROBE], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return int(out.stdout.split()[-1])
+    return int(run_probe(ARENAS_PROBE, env).stdout.split()[-1])
 
 
 def test_importing_pipeline_makes_threads_share_two_malloc_arenas():
@@ -116,10 +119,9 @@ def test_an_arena_limit_of_the_user_is_kept():
     assert malloc_arenas(clean_env() | {"MALLOC_ARENA_MAX": "3"}) == 3
 
 
-LATE_PROBE = "import pyarrow, pipeline; from pipeline.allocator import LOADED_TOO_EARLY; print(','.join(LOADED_TOO_EARLY))"
+LATE_PROBE = "import pyarrow, pipeline; from pipeline.allocator import LOADED_TOO_EARLY; print(LOADED_TOO_EARLY)"
 
 
 def test_a_library_loaded_before_pipeline_is_named_not_silently_left_as_it_was():
-    late = lambda env: subprocess.run([sys.executable, "-c", LATE_PROBE], cwd=REPO, env=env, capture_output=True, text=True, timeout=120).stdout.strip()  # noqa: E731
-    assert late(clean_env()) == "pyarrow"
-    assert late(clean_env() | {ARROW_ENV: "0"}) == ""  # set by the user before pyarrow loaded: it applied
+    assert run_probe(LATE_PROBE, clean_env()).stdout.strip() == "['pyarrow']"
+    assert run_probe(LATE_PROBE, clean_env() | {ARROW_ENV: "0"}).stdout.strip() == "[]"  # set by the user before pyarrow loaded: it applied
