@@ -51,6 +51,8 @@ def _keys(spec: KeySpec, kind: str, frame: pl.DataFrame, image_col: str | None, 
         distinct[text_col],
     ]
     keys = content_keys(parts, prefix=(spec.fingerprint, spec.prompt_ids[kind], kind))
+    if distinct.height == frame.height:  # no tuple repeats: `distinct` is `frame` in its own order
+        return pl.Series("__key", keys, dtype=pl.String)
     lookup = distinct.with_columns(pl.Series("__key", keys, dtype=pl.String))
     return frame.select(cols).join(lookup, on=cols, how="left", nulls_equal=True, maintain_order="left")["__key"]
 

@@ -163,6 +163,29 @@ def test_score_all_emits_every_family_for_every_item():
     assert to_arrow(scores).schema == METRIC_SCORES
 
 
+def test_merge_terms_for_computes_only_the_merges_asked_for():
+    from operators.metrics import merge_terms_for
+
+    assert merge_terms_for(["depict", "agree", "vqascore"]) == ("agree",)
+    assert merge_terms_for(["agree+vqascore", "dsg+vqascore", "dsg"]) == ("agree", "dsg")
+    assert merge_terms_for(["claim_mean_am+vqascore"]) == ("claim_mean_am",)
+    assert merge_terms_for(["depict"], holistic_metric="judge") == ()  # depict is agree's merge with vqascore only
+    assert merge_terms_for([]) == ()
+    decomposed = pl.DataFrame({
+        "item_id": ["a", "b"], "question_set": ["depict"] * 2, "question_id": ["1"] * 2, "parents": [[], []],
+        "logp_yes_v": [math.log(0.3), math.log(0.6)], "logp_no_v": [math.log(0.7), math.log(0.4)],
+        "logp_yes_t": [math.log(0.9), math.log(0.2)], "logp_no_t": [math.log(0.1), math.log(0.8)],
+    })
+    holistic = holistic_table({"a": (math.log(0.7), math.log(0.3)), "b": (math.log(0.2), math.log(0.8))})
+    wanted = ["depict", "soft_tifa_gm+vqascore", "vqascore"]
+    every = score_all(["a", "b"], decomposed=decomposed, holistic=holistic, question_sets=["depict"])
+    some = score_all(["a", "b"], decomposed=decomposed, holistic=holistic, question_sets=["depict"], merge_terms=merge_terms_for(wanted))
+    pick = lambda t: t.filter(pl.col("metric").is_in(wanted)).sort("metric", "item_id")  # noqa: E731
+    assert pick(some).equals(pick(every)) and pick(some).height == 6
+    merged = set(some.filter(pl.col("metric").str.contains(r"\+|^depict$"))["metric"])
+    assert merged == {"agree+vqascore", "depict", "soft_tifa_gm+vqascore"}  # no other merge was computed
+
+
 def test_score_all_with_some_tables_and_options():
     holistic = holistic_table({"a": (math.log(0.7), math.log(0.3))})
     only_holistic = score_all(["a"], holistic=holistic)

@@ -84,3 +84,18 @@ def test_claims_are_answered_on_the_image_only():
     assert plan["key_t"].null_count() == plan.height
     kinds = {r["kind"] for r in unique_requests(SPEC, plan, None).to_pylist()}
     assert kinds == {"claim"}
+
+
+def test_every_row_key_is_spec_key_with_and_without_repeated_tuples():
+    # depict repeats (h1, "Is there a dog?") across items; the holistic plan of distinct items repeats nothing
+    plan = plan_questions(items(), questions(), SPEC, ["depict", "dsg"])
+    for r in plan.iter_rows(named=True):
+        assert r["key_v"] == SPEC.key("image", r["image_hash"], None, r["question"])
+        caption_answered = r["question_set"] == "depict"  # DSG is answered on the image only
+        assert r["key_t"] == (SPEC.key("caption", None, r["caption"], r["question"]) if caption_answered else None)
+    for frame in (items(), items().slice(0, 3)):  # (h1, "a cat") once; x/4 is (h1, "a dog")
+        for r in plan_holistic(frame.reverse(), SPEC).iter_rows(named=True):
+            assert r["key_h"] == SPEC.key("holistic", r["image_hash"], r["caption"], r["caption"])
+    repeated = pl.concat([items(), items()]).with_columns(item_id=pl.Series([f"y/{i}" for i in range(8)]))
+    hol = plan_holistic(repeated, SPEC)
+    assert hol["key_h"].to_list() == [SPEC.key("holistic", h, c, c) for h, c in zip(repeated["image_hash"], repeated["caption"], strict=True)]

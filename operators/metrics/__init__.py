@@ -76,6 +76,7 @@ __all__ = [
     "log_yes_probability",
     "log_yes_probability_expr",
     "merge",
+    "merge_terms_for",
     "merged_metric_id",
     "resolve_conventions",
     "score_all",
@@ -134,6 +135,16 @@ def score_all(
             if (term,) in by_term:
                 frames.append(merge(by_term[(term,)], holistic_long, term, lam, holistic_metric))
     return pl.concat(frames) if frames else empty_scores()
+
+
+def merge_terms_for(metric_ids: Iterable[str], holistic_metric: str = "vqascore") -> tuple[str, ...]:
+    """The terms of MERGE_TERMS whose merge with `holistic_metric` is among `metric_ids`
+    ("depict" is agree's): a caller that keeps only some metrics merges only those."""
+    wanted = set(metric_ids)
+    return tuple(
+        term for term in MERGE_TERMS
+        if merged_metric_id(term, holistic_metric) in wanted or ((term, holistic_metric) == ("agree", "vqascore") and "depict" in wanted)
+    )
 
 
 def to_arrow(scores: pl.DataFrame) -> pa.Table:

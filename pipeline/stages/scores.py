@@ -53,7 +53,9 @@ def score_items(
 ) -> pl.DataFrame:
     """One row per (item, metric): operators.schema.SCORES."""
     inputs = metric_inputs(plan, answers)
-    long = metrics.score_all(item_ids=items["item_id"], lam=lam, probability=probability, **inputs)
+    long = metrics.score_all(  # merges nobody asked for are not computed (each is a join over the items)
+        item_ids=items["item_id"], lam=lam, probability=probability, merge_terms=metrics.merge_terms_for(metric_ids), **inputs
+    )
     long = pl.from_arrow(long) if not isinstance(long, pl.DataFrame) else long
     wanted = long.filter(pl.col("metric").is_in(metric_ids))
     missing = sorted(set(metric_ids) - set(wanted["metric"].unique().to_list()))
