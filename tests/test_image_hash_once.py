@@ -135,3 +135,37 @@ def test_write_once_writes_each_image_once_and_survives_a_removed_folder(tmp_pat
         folder.write_once(path, d)
         assert open(path, "rb").read() == d
     assert not [n for n in os.listdir(os.path.dirname(paths[0])) if n.startswith(".part-")]  # no temp file left
+
+
+def test_extracted_images_and_demo_files_get_an_ordinary_files_mode_and_a_failed_write_leaves_nothing(tmp_path, monkeypatch):
+    """mkstemp makes its files 0600: extracted images were unreadable to every other user of a
+    shared store, unlike the store's parts. They now get what `open` gives under the umask."""
+    import stat
+
+    import pytest
+
+    from pipeline.benchmarks import io as bio
+    from pipeline.benchmarks.demo import write_demo
+    from pipeline.benchmarks.io import content_address
+
+    with open(tmp_path / "plain", "wb"):
+        pass
+    ordinary = stat.S_IMODE(os.stat(tmp_path / "plain").st_mode)
+    assert ordinary == bio.FILE_MODE
+    folder = Folder(str(tmp_path / "images"))
+    path, _ = content_address(folder, image_bytes(0))
+    folder.write_once(path, image_bytes(0))
+    assert stat.S_IMODE(os.stat(path).st_mode) == ordinary
+    write_demo(str(tmp_path / "demo"))
+    modes = {stat.S_IMODE(os.stat(os.path.join(d, n)).st_mode) for d, _, names in os.walk(tmp_path / "demo") for n in names}
+    assert modes == {ordinary}
+
+    def full_disk(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(bio.os, "replace", full_disk)
+    other, _ = content_address(folder, image_bytes(1))
+    with pytest.raises(OSError, match="No space"):
+        folder.write_once(other, image_bytes(1))
+    assert not os.path.exists(other)
+    assert not [n for n in os.listdir(os.path.dirname(other)) if n.startswith(".part-")]  # the temporary file is gone too

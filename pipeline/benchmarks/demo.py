@@ -29,10 +29,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
-import posixpath
 import struct
-import tempfile
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -44,7 +41,7 @@ from operators.hashing import image_hash
 from operators.parsing import Claim, DsgQuestion, questions_rows
 from operators.schema import QUESTIONS
 from pipeline.benchmarks.common import LoadResult
-from pipeline.benchmarks.io import BadRecord, Folder, ProblemLog, items_table, rating, require_image, text_value
+from pipeline.benchmarks.io import BadRecord, Folder, ProblemLog, items_table, rating, require_image, text_value, write_local_atomically
 
 MANIFEST = "manifest.json"
 # Bump when the manifest layout changes (drawing changes already change every image hash).
@@ -554,11 +551,7 @@ def _replace(folder: Folder, path: str, data: bytes) -> None:
     if not folder.is_local:
         folder.fs.pipe_file(path, data)  # one PUT on object stores
         return
-    os.makedirs(posixpath.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=posixpath.dirname(path), prefix=".part-")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    write_local_atomically(path, data)
 
 
 def write_demo(root: str) -> None:

@@ -169,17 +169,42 @@ class Folder:
             self.fs.pipe_file(path, data)  # one PUT on object stores: atomic
             return
         # local: os calls, not fsspec's (an extraction writes 100k images into 256 folders, and
-        # fsspec's exists + makedirs per image cost more than the file's own write); the folder
-        # is made only when the temporary file cannot be created in it
-        folder = posixpath.dirname(path)
-        try:
-            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".part-")
-        except FileNotFoundError:
-            os.makedirs(folder, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".part-")
+        # fsspec's exists + makedirs per image cost more than the file's own write)
+        write_local_atomically(path, data)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
+    os.umask(mask)
+    return mask
+
+
+# What `open(path, "wb")` would give a new file. mkstemp makes its files 0600, so an image
+# extracted by a service account was unreadable to every other user of a shared store.
+FILE_MODE = 0o666 & ~_umask()
+
+
+def write_local_atomically(path: str, data: bytes) -> None:
+    """Write a local file (a new one, or over an old one) so that readers see the old bytes or
+    all of the new, never a part: a temporary file beside it, renamed into place. The folder is
+    made only when the temporary file cannot be created in it; a failed write leaves nothing."""
+    folder = posixpath.dirname(path)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".part-")
+    except FileNotFoundError:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".part-")
+    try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), FILE_MODE)
             f.write(data)
         os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
 
 
 def _protocols(fs) -> tuple[str, ...]:
