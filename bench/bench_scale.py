@@ -4,6 +4,7 @@
     python bench/bench_scale.py --pairs 10000 100000     # several sizes, one after the other
     python bench/bench_scale.py --pairs 1000000          # opt-in: a million pairs (long)
     python bench/bench_scale.py --baseline /work/main    # the same cases on another checkout's code, back to back
+    python bench/bench_scale.py --baseline /work/main --rounds 2   # ABBA: each checkout first once
 
 Synthetic shards (half Parquet with embedded images, half WebDataset tars; tests/curation_shards.py)
 are curated with the zero-cost scripted engine, so every second measured is the pipeline's own:
@@ -30,7 +31,9 @@ else its `ComputeSpec`) unless `--rows-per-part` is given, which then applies to
 `--actor-only` measures the answer actor alone (seconds, not minutes).
 
 The machine is shared and noisy: compare ratios measured back to back (`--baseline`), not
-absolute times across runs.
+absolute times across runs. What one case leaves to the disk (100k extracted images, then their
+removal) slows the case after it, so the disk is synced before each case and `--rounds` repeats
+the pair with the order swapped each round; it then prints the ratio of every round.
 """
 from __future__ import annotations
 
@@ -344,6 +347,71 @@ def print_case(c: dict) -> None:
             print(f"    after compaction ({m['compact_s']:.1f} s, {m['compacted_parts']:,} parts): {m['check_compacted_s']:.2f} s")
 
 
+def run_case(args, base: Path, inputs: Path, n: int, code: str, rows_per_part: int | None, k: int) -> dict | None:
+    """One case in a fresh driver process; its work folder is removed after it. The disk is
+    synced before it starts, so writes left by the case before are not on its clock."""
+    work = base / f"work-{n}-{k}"
+    cmd = [sys.executable, __file__, "--one", "--code", code, "--work", str(work), "--inputs", str(inputs),
+           "--warmup", str(base / "warmup"),
+           "--store-factor", str(args.store_factor), "--missing-keys", str(args.missing_keys),
+           "--actor-requests", str(args.actor_requests)]
+    cmd += ["--rows-per-part", str(rows_per_part)] if rows_per_part else []
+    cmd += ["--actor-only"] if args.actor_only else []
+    cmd += [f"--set={s}" for s in args.set]
+    if args.num_cpus:
+        cmd += ["--num-cpus", str(args.num_cpus)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([code, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    os.sync()
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=code)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    if proc.returncode or line is None:
+        print(f"[{code}] {n} pairs failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}", flush=True)
+        return None
+    return json.loads(line[len("RESULT "):])
+
+
+def compare(args, here: list[dict], n: int) -> None:
+    """This checkout's figures over the baseline's, for the cases of one round."""
+    old = next((c for c in here if c["code"] == args.baseline), None) if args.baseline else None
+    if old is None:
+        return
+    for new in (c for c in here if c is not old):
+        a, b = new["actor"], old["actor"]
+        print(f"    this checkout (rows_per_part {new['rows_per_part']}) / baseline (rows_per_part {old['rows_per_part']}) at {n:,} pairs: "
+              f"actor overhead x{a['overhead_us'] / b['overhead_us']:.2f} wall, x{a['cpu_overhead_us'] / b['cpu_overhead_us']:.2f} CPU", flush=True)
+        if "wall_s" in new and "wall_s" in old:
+            print(f"        requests/s x{new['requests_per_s'] / old['requests_per_s']:.2f}, "
+                  f"driver RSS x{new['driver_peak_rss_mb'] / old['driver_peak_rss_mb']:.2f}, "
+                  f"all-cached rerun x{new['all_cached_rerun_s'] / old['all_cached_rerun_s']:.2f}", flush=True)
+
+
+def summarize_rounds(args, cases: list[dict], n: int) -> None:
+    """Over all rounds: each checkout's first-run wall and all-cached ratio, and the
+    requests/s ratio per round (median, min, max)."""
+    import statistics
+
+    full = [c for c in cases if "wall_s" in c]
+    for code in dict.fromkeys(c["code"] for c in full):
+        mine = [c for c in full if c["code"] == code]
+        walls = sorted(c["wall_s"] for c in mine)
+        cached = sorted(c["all_cached_ratio"] for c in mine)
+        print(f"[{code}] {len(mine)} rounds at {n:,} pairs: first run {walls[0]:.1f}-{walls[-1]:.1f} s (median {statistics.median(walls):.1f}), "
+              f"all-cached rerun {cached[0]:.0%}-{cached[-1]:.0%} of its own first run", flush=True)
+    if args.baseline:
+        ratios = []
+        for r in sorted({c["round"] for c in full}):
+            old = next((c for c in full if c["round"] == r and c["code"] == args.baseline), None)
+            new = next((c for c in full if c["round"] == r and c["code"] == str(ROOT) and c is not old), None)
+            if old and new:
+                ratios.append(new["requests_per_s"] / old["requests_per_s"])
+        if ratios:
+            print(f"    requests/s, this checkout / baseline, per round: {', '.join(f'x{r:.2f}' for r in ratios)}; "
+                  f"median x{statistics.median(ratios):.2f}, min x{min(ratios):.2f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, nargs="+", default=[100_000], help="night sizes (1,000,000 is opt-in: long)")
@@ -355,6 +423,7 @@ def main() -> None:
     parser.add_argument("--missing-keys", type=int, default=100_000, help="night keys probed in the missing-key check")
     parser.add_argument("--actor-requests", type=int, default=20_000, help="requests for the in-process actor overhead")
     parser.add_argument("--num-cpus", type=int, default=None, help="local Ray CPUs (default: all)")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat each size, alternating which checkout goes first (ABBA)")
     parser.add_argument("--set", action="append", default=[], help="extra curation config override (key=value), repeatable")
     parser.add_argument("--actor-only", action="store_true", help="only the answer actor's in-process figures (no curation runs)")
     parser.add_argument("--json", default=None, help="also write every case's figures to this JSON file")
@@ -377,41 +446,21 @@ def main() -> None:
             start = time.perf_counter()
             write_shards(inputs, n, args.per_shard, offset=0)
             print(f"{n:,} pairs written in {time.perf_counter() - start:.0f} s ({inputs})", flush=True)
-            runs = [(c, args.rows_per_part) for c in (args.baseline, str(ROOT)) if c]
-            if args.also_rows_per_part:
-                runs.append((str(ROOT), args.also_rows_per_part))
-            for code, rows_per_part in runs:
-                work = base / f"work-{n}-{len(cases)}"
-                cmd = [sys.executable, __file__, "--one", "--code", code, "--work", str(work), "--inputs", str(inputs),
-                       "--warmup", str(base / "warmup"),
-                       "--store-factor", str(args.store_factor), "--missing-keys", str(args.missing_keys),
-                       "--actor-requests", str(args.actor_requests)]
-                cmd += ["--rows-per-part", str(rows_per_part)] if rows_per_part else []
-                cmd += ["--actor-only"] if args.actor_only else []
-                cmd += [f"--set={s}" for s in args.set]
-                if args.num_cpus:
-                    cmd += ["--num-cpus", str(args.num_cpus)]
-                env = dict(os.environ, PYTHONPATH=os.pathsep.join([code, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
-                proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=code)
-                line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-                if proc.returncode or line is None:
-                    print(f"[{code}] {n} pairs failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}", flush=True)
-                    continue
-                case = json.loads(line[len("RESULT "):]) | {"night_pairs": n}
-                cases.append(case)
-                print_case(case)
-                shutil.rmtree(work, ignore_errors=True)
-            here = [c for c in cases if c["night_pairs"] == n]
-            if args.baseline and len(here) >= 2 and here[0]["code"] == args.baseline:
-                old = here[0]
-                for new in here[1:]:
-                    a, b = new["actor"], old["actor"]
-                    print(f"    this checkout (rows_per_part {new['rows_per_part']}) / baseline (rows_per_part {old['rows_per_part']}) at {n:,} pairs: "
-                          f"actor overhead x{a['overhead_us'] / b['overhead_us']:.2f} wall, x{a['cpu_overhead_us'] / b['cpu_overhead_us']:.2f} CPU", flush=True)
-                    if "wall_s" in new and "wall_s" in old:
-                        print(f"        requests/s x{new['requests_per_s'] / old['requests_per_s']:.2f}, "
-                              f"driver RSS x{new['driver_peak_rss_mb'] / old['driver_peak_rss_mb']:.2f}, "
-                              f"all-cached rerun x{new['all_cached_rerun_s'] / old['all_cached_rerun_s']:.2f}", flush=True)
+            pair = [(c, args.rows_per_part) for c in (args.baseline, str(ROOT)) if c]
+            for round_ in range(args.rounds):
+                # ABBA: each checkout goes first as often as second (what the one before leaves
+                # to the disk, e.g. 100k extracted images to remove, lands on the one after)
+                runs = pair if round_ % 2 == 0 else pair[::-1]
+                if args.also_rows_per_part:
+                    runs = [*runs, (str(ROOT), args.also_rows_per_part)]
+                for code, rows_per_part in runs:
+                    case = run_case(args, base, inputs, n, code, rows_per_part, len(cases))
+                    if case is not None:
+                        cases.append(case | {"night_pairs": n, "round": round_})
+                        print_case(cases[-1])
+                compare(args, [c for c in cases if c["night_pairs"] == n and c["round"] == round_], n)
+            if args.rounds > 1:
+                summarize_rounds(args, [c for c in cases if c["night_pairs"] == n], n)
             shutil.rmtree(inputs, ignore_errors=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
