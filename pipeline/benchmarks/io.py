@@ -174,7 +174,16 @@ class Folder:
 
 
 def _umask() -> int:
-    mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
+    """The process's umask: read from /proc where Linux shows it, else set and put straight
+    back (which would briefly change it for other threads, hence not the first choice)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
     os.umask(mask)
     return mask
 
