@@ -13,7 +13,7 @@ import itertools
 import json
 import os
 import shutil
-import tempfile
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -275,8 +275,11 @@ def resolve_model_id(model_id: str, cache_dir: str | os.PathLike | None = None) 
     if final.is_dir():
         return str(final)
     cache.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=cache))
+    # os.mkdir, not mkdtemp: its 0700 would stay on the renamed folder, and a shared
+    # $DEPICT_CACHE would hold a model other users can see but not read (nor rebuild)
+    staging = cache / f".{final.name}-{uuid.uuid4().hex}"
     try:
+        staging.mkdir(mode=0o777)  # the umask applies
         builder(staging)
         os.rename(staging, final)
     except OSError:

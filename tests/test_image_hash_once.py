@@ -7,6 +7,7 @@ import os
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from curation_shards import CORRUPT_PNG, image_bytes, pair_rows, write_parquet
 
 from operators import schema
@@ -137,12 +138,17 @@ def test_write_once_writes_each_image_once_and_survives_a_removed_folder(tmp_pat
     assert not [n for n in os.listdir(os.path.dirname(paths[0])) if n.startswith(".part-")]  # no temp file left
 
 
-def test_extracted_images_and_demo_files_get_an_ordinary_files_mode_and_a_failed_write_leaves_nothing(tmp_path, monkeypatch):
+@pytest.fixture(params=[0o022, 0o027], ids=["umask-022", "umask-027"])
+def umask(request):
+    old = os.umask(request.param)
+    yield request.param
+    os.umask(old)
+
+
+def test_extracted_images_and_demo_files_get_an_ordinary_files_mode_and_a_failed_write_leaves_nothing(tmp_path, monkeypatch, umask):
     """mkstemp makes its files 0600: extracted images were unreadable to every other user of a
     shared store, unlike the store's parts. They now get what `open` gives under the umask."""
     import stat
-
-    import pytest
 
     from pipeline.benchmarks import io as bio
     from pipeline.benchmarks.demo import write_demo
@@ -150,8 +156,8 @@ def test_extracted_images_and_demo_files_get_an_ordinary_files_mode_and_a_failed
 
     with open(tmp_path / "plain", "wb"):
         pass
+    assert stat.S_IMODE(os.stat(tmp_path / "plain").st_mode) == 0o666 & ~umask
     ordinary = stat.S_IMODE(os.stat(tmp_path / "plain").st_mode)
-    assert ordinary == bio.FILE_MODE
     folder = Folder(str(tmp_path / "images"))
     path, _ = content_address(folder, image_bytes(0))
     folder.write_once(path, image_bytes(0))

@@ -1,6 +1,7 @@
 """Tiny random-weight models: they load through the real from_pretrained paths, deterministically."""
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -136,6 +137,21 @@ def test_resolve_builds_once_into_cache(tmp_path, monkeypatch):
     assert first == second and len(calls) == 1
     assert (Path(first) / "weights.bin").exists()
     assert [p.name for p in tmp_path.iterdir()] == [Path(first).name]  # no staging dirs left
+
+
+def test_a_built_model_folder_gets_an_ordinary_folders_mode(tmp_path, monkeypatch):
+    """mkdtemp's 0700 stayed on the folder renamed into the cache: in a shared $DEPICT_CACHE
+    other users saw the model but could not read it, and never rebuilt it."""
+    import stat
+
+    monkeypatch.setitem(BUILDERS, "builtin:tiny-vlm", _counting_builder([]))
+    old = os.umask(0o022)
+    try:
+        resolved = Path(resolve_model_id("builtin:tiny-vlm", cache_dir=tmp_path))
+        (tmp_path / "plain").mkdir()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(resolved.stat().st_mode) == stat.S_IMODE((tmp_path / "plain").stat().st_mode) == 0o755
 
 
 def test_resolve_uses_depict_cache_env(tmp_path, monkeypatch):

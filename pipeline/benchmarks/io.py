@@ -18,7 +18,7 @@ import json
 import math
 import os
 import posixpath
-import tempfile
+import uuid
 from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO
 
@@ -173,39 +173,24 @@ class Folder:
         write_local_atomically(path, data)
 
 
-def _umask() -> int:
-    """The process's umask: read from /proc where Linux shows it, else set and put straight
-    back (which would briefly change it for other threads, hence not the first choice)."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-# What `open(path, "wb")` would give a new file. mkstemp makes its files 0600, so an image
-# extracted by a service account was unreadable to every other user of a shared store.
-FILE_MODE = 0o666 & ~_umask()
-
-
 def write_local_atomically(path: str, data: bytes) -> None:
     """Write a local file (a new one, or over an old one) so that readers see the old bytes or
     all of the new, never a part: a temporary file beside it, renamed into place. The folder is
-    made only when the temporary file cannot be created in it; a failed write leaves nothing."""
+    made only when the temporary file cannot be created in it; a failed write leaves nothing.
+
+    The temporary file is opened with mode 0666 and the umask applied, as `open()` does, not
+    with mkstemp (its files are 0600: an image extracted by a service account was unreadable
+    to every other user of a shared store)."""
     folder = posixpath.dirname(path)
+    tmp = posixpath.join(folder, f".part-{uuid.uuid4().hex}")
+    flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".part-")
+        fd = os.open(tmp, flags, 0o666)
     except FileNotFoundError:
         os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".part-")
+        fd = os.open(tmp, flags, 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), FILE_MODE)
             f.write(data)
         os.replace(tmp, path)
     except BaseException:
