@@ -373,11 +373,13 @@ def run_case(args, base: Path, inputs: Path, n: int, code: str, rows_per_part: i
     return json.loads(line[len("RESULT "):])
 
 
-def compare(args, here: list[dict], n: int) -> None:
-    """This checkout's figures over the baseline's, for the cases of one round."""
+def compare(args, here: list[dict], n: int) -> float | None:
+    """This checkout's figures over the baseline's, for the cases of one round; returns the
+    requests/s ratio of this checkout at its own rows_per_part (None without one)."""
     old = next((c for c in here if c["code"] == args.baseline), None) if args.baseline else None
     if old is None:
-        return
+        return None
+    ratio = None
     for new in (c for c in here if c is not old):
         a, b = new["actor"], old["actor"]
         print(f"    this checkout (rows_per_part {new['rows_per_part']}) / baseline (rows_per_part {old['rows_per_part']}) at {n:,} pairs: "
@@ -386,11 +388,14 @@ def compare(args, here: list[dict], n: int) -> None:
             print(f"        requests/s x{new['requests_per_s'] / old['requests_per_s']:.2f}, "
                   f"driver RSS x{new['driver_peak_rss_mb'] / old['driver_peak_rss_mb']:.2f}, "
                   f"all-cached rerun x{new['all_cached_rerun_s'] / old['all_cached_rerun_s']:.2f}", flush=True)
+            if ratio is None:  # the first: --also-rows-per-part's case comes after it
+                ratio = new["requests_per_s"] / old["requests_per_s"]
+    return ratio
 
 
-def summarize_rounds(args, cases: list[dict], n: int) -> None:
+def summarize_rounds(cases: list[dict], ratios: list[float], n: int) -> None:
     """Over all rounds: each checkout's first-run wall and all-cached ratio, and the
-    requests/s ratio per round (median, min, max)."""
+    requests/s ratio of every round (`compare`'s), with their median and minimum."""
     import statistics
 
     full = [c for c in cases if "wall_s" in c]
@@ -400,16 +405,9 @@ def summarize_rounds(args, cases: list[dict], n: int) -> None:
         cached = sorted(c["all_cached_ratio"] for c in mine)
         print(f"[{code}] {len(mine)} rounds at {n:,} pairs: first run {walls[0]:.1f}-{walls[-1]:.1f} s (median {statistics.median(walls):.1f}), "
               f"all-cached rerun {cached[0]:.0%}-{cached[-1]:.0%} of its own first run", flush=True)
-    if args.baseline:
-        ratios = []
-        for r in sorted({c["round"] for c in full}):
-            old = next((c for c in full if c["round"] == r and c["code"] == args.baseline), None)
-            new = next((c for c in full if c["round"] == r and c["code"] == str(ROOT) and c is not old), None)
-            if old and new:
-                ratios.append(new["requests_per_s"] / old["requests_per_s"])
-        if ratios:
-            print(f"    requests/s, this checkout / baseline, per round: {', '.join(f'x{r:.2f}' for r in ratios)}; "
-                  f"median x{statistics.median(ratios):.2f}, min x{min(ratios):.2f}", flush=True)
+    if ratios:
+        print(f"    requests/s, this checkout / baseline, per round: {', '.join(f'x{r:.2f}' for r in ratios)}; "
+              f"median x{statistics.median(ratios):.2f}, min x{min(ratios):.2f}", flush=True)
 
 
 def main() -> None:
@@ -447,6 +445,7 @@ def main() -> None:
             write_shards(inputs, n, args.per_shard, offset=0)
             print(f"{n:,} pairs written in {time.perf_counter() - start:.0f} s ({inputs})", flush=True)
             pair = [(c, args.rows_per_part) for c in (args.baseline, str(ROOT)) if c]
+            ratios = []
             for round_ in range(args.rounds):
                 # ABBA: each checkout goes first as often as second (what the one before leaves
                 # to the disk, e.g. 100k extracted images to remove, lands on the one after)
@@ -458,9 +457,10 @@ def main() -> None:
                     if case is not None:
                         cases.append(case | {"night_pairs": n, "round": round_})
                         print_case(cases[-1])
-                compare(args, [c for c in cases if c["night_pairs"] == n and c["round"] == round_], n)
+                ratio = compare(args, [c for c in cases if c["night_pairs"] == n and c["round"] == round_], n)
+                ratios += [ratio] if ratio is not None else []
             if args.rounds > 1:
-                summarize_rounds(args, [c for c in cases if c["night_pairs"] == n], n)
+                summarize_rounds([c for c in cases if c["night_pairs"] == n], ratios, n)
             shutil.rmtree(inputs, ignore_errors=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -706,15 +706,12 @@ def _first_per_key(table: pa.Table) -> pa.Table:
     """Drop repeated keys, keeping each key's first row in read order."""
     if table.num_rows == 0:
         return table
-    import numpy as np
     import polars as pl
 
     if pl.from_arrow(table.select(["key"]))["key"].n_unique() == table.num_rows:  # the usual case, ~5x quicker to rule out
         return table
     indices = pa.array(np.arange(table.num_rows, dtype=np.int64))
     firsts = pa.table({"key": table.column("key"), "i": indices}).group_by("key", use_threads=False).aggregate([("i", "min")])
-    if firsts.num_rows == table.num_rows:
-        return table
     return table.take(np.sort(firsts.column("i_min").to_numpy())).combine_chunks()
 
 

@@ -35,6 +35,7 @@ from operators.metrics.holistic import (
     lambda_sweep,
     merge,
     merged_metric_id,
+    merged_metric_ids,
 )
 from operators.metrics.probability import (
     CONVENTIONS,
@@ -78,6 +79,7 @@ __all__ = [
     "merge",
     "merge_terms_for",
     "merged_metric_id",
+    "merged_metric_ids",
     "resolve_conventions",
     "score_all",
     "to_arrow",
@@ -141,10 +143,7 @@ def merge_terms_for(metric_ids: Iterable[str], holistic_metric: str = "vqascore"
     """The terms of MERGE_TERMS whose merge with `holistic_metric` is among `metric_ids`
     ("depict" is agree's): a caller that keeps only some metrics merges only those."""
     wanted = set(metric_ids)
-    return tuple(
-        term for term in MERGE_TERMS
-        if merged_metric_id(term, holistic_metric) in wanted or ((term, holistic_metric) == ("agree", "vqascore") and "depict" in wanted)
-    )
+    return tuple(term for term in MERGE_TERMS if wanted.intersection(merged_metric_ids(term, holistic_metric)))
 
 
 def to_arrow(scores: pl.DataFrame) -> pa.Table:

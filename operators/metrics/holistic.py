@@ -56,6 +56,15 @@ def merged_metric_id(term: str, holistic_metric: str = "vqascore") -> str:
     return f"{term}+{holistic_metric}"
 
 
+def merged_metric_ids(term: str, holistic_metric: str = "vqascore") -> list[str]:
+    """Every metric id a merge of `term` with `holistic_metric` is emitted under: agree merged
+    with vqascore is DEPICT, so it is also "depict"."""
+    ids = [merged_metric_id(term, holistic_metric)]
+    if (term, holistic_metric) == ("agree", "vqascore"):
+        ids.append("depict")
+    return ids
+
+
 def check_lambda(lam: float) -> float:
     lam = float(lam)
     if not 0.0 <= lam <= 1.0:  # also rejects NaN
@@ -114,9 +123,7 @@ def merge(
     """
     lam = check_lambda(lam)
     parts = _parts(decomposed_long, holistic_long, term, holistic_metric)
-    ids = [merged_metric_id(term, holistic_metric)]
-    if (term, holistic_metric) == ("agree", "vqascore"):
-        ids.append("depict")
+    ids = merged_metric_ids(term, holistic_metric)
     score = lam * pl.col("hol_score") + (1.0 - lam) * pl.col("term_score")
     return pl.concat(
         [parts.select("item_id", pl.lit(metric).alias("metric"), score.alias("score"), "note") for metric in ids]
