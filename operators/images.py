@@ -10,6 +10,7 @@ import math
 import os
 
 import fsspec
+from fsspec.core import url_to_fs
 from PIL import Image, ImageOps
 
 from operators.retry import retrying
@@ -24,10 +25,42 @@ class ImageError(Exception):
         self.cause = cause
 
 
+_RANGE = "#bytes="
+
+
+def byte_range_uri(url: str, offset: int, length: int) -> str:
+    """The URI of `length` bytes of the file `url` from `offset` (an image in a pack)."""
+    return f"{url}{_RANGE}{offset}-{offset + length - 1}"
+
+
+def split_byte_range(uri: str) -> tuple[str, int | None, int | None]:
+    """(file URL, offset, length) of `<url>#bytes=<first>-<last>`; (uri, None, None) for a
+    whole file. The suffix must be exactly that: anything else is part of the file name."""
+    at = uri.rfind(_RANGE)
+    if at < 0:
+        return uri, None, None
+    first, dash, last = uri[at + len(_RANGE) :].partition("-")
+    digits = first + last
+    if not (dash and first and last and digits.isascii() and digits.isdigit() and int(last) >= int(first)):
+        return uri, None, None
+    return uri[:at], int(first), int(last) - int(first) + 1
+
+
 def _read(uri: str) -> bytes:
-    path = _local_path(uri)
-    with open(path, "rb") if path is not None else fsspec.open(uri, "rb") as f:
-        return f.read()
+    url, offset, length = split_byte_range(uri)
+    path = _local_path(url)
+    if offset is None:
+        with open(path, "rb") if path is not None else fsspec.open(url, "rb") as f:
+            return f.read()
+    if path is not None:
+        with open(path, "rb") as f:
+            data = os.pread(f.fileno(), length, offset)
+    else:
+        fs, remote = url_to_fs(url)
+        data = fs.cat_file(remote, start=offset, end=offset + length)
+    if len(data) != length:
+        raise ValueError(f"the file holds {len(data)} of the range's {length} bytes (truncated)")
+    return data
 
 
 def _local_path(uri: str) -> str | None:
@@ -39,7 +72,8 @@ def _local_path(uri: str) -> str | None:
 
 
 def read_image_bytes(uri: str) -> bytes:
-    """The file's bytes, from a local path or any fsspec URL (s3://, gs://, file://, ...).
+    """The file's bytes, from a local path or any fsspec URL (s3://, gs://, file://, ...);
+    a URI ending in `#bytes=<first>-<last>` names that range of the file (an image pack).
 
     Transient storage errors (throttling, 5xx, dropped connections) are retried with backoff;
     a missing or unreadable file is not.

@@ -33,6 +33,7 @@ import math
 import os
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ from operators.metrics import yes_probability_expr
 from pipeline import store as st
 from pipeline.config import ConfigError, ResolvedConfig, SweepConfig, join_url, load_config, required_question_sets
 from pipeline.lease import Lease
+from pipeline.pairs_cache import PairsCache
 from pipeline.runtime import MemoryLimits, ensure_ray, git_commit, library_versions, task_options
 from pipeline.scoring import Timings, question_generators, score_items_all_backbones
 from pipeline.shards import (
@@ -343,7 +345,7 @@ def _score_new_shards(cfg: ResolvedConfig, lease: Lease) -> CurationResult:
     log.info("curation %s: %d new or changed shard(s) of %d; run %s", c.name, len(todo), len(found), result.run_id)
 
     with clock("discover"):
-        rows = shard_row_counts(todo) if c.window_pairs is not None else None
+        rows = shard_row_counts(todo, pairs_cache(c)) if c.window_pairs is not None else None
     windows = plan_windows(todo, c.window_shards, c.window_gb, c.window_pairs, rows)
     # What the driver keeps across windows is per shard (stats, manifest entries) or per bad row
     # (errors); stage reports are folded into one per stage after each window.
@@ -401,17 +403,21 @@ def plan_windows(
     return windows
 
 
-def shard_row_counts(shards: list[Shard]) -> dict[str, int]:
-    """Input rows per shard URI, read from footers and headers in a few threads (object stores
-    answer slowly, not expensively); shards whose count is estimated are logged."""
-    from concurrent.futures import ThreadPoolExecutor
-
+def shard_row_counts(shards: list[Shard], cache: PairsCache | None = None) -> dict[str, int]:
+    """Input rows per shard URI: from the pairs cache for shards read before, else read from
+    footers and headers, in a few threads (object stores answer slowly, not expensively);
+    shards whose count is estimated are logged."""
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(shards)))) as pool:
-        counted = list(pool.map(count_rows, shards))
+        counted = list(pool.map(lambda s: _cached_count(s, cache) or count_rows(s), shards))
     estimated = [s.uri for s, (_, exact) in zip(shards, counted, strict=True) if not exact]
     if estimated:
         log.info("window planning: row counts of %d shard(s) estimated from their size (e.g. %s)", len(estimated), estimated[0])
     return {s.uri: n for s, (n, _) in zip(shards, counted, strict=True)}
+
+
+def _cached_count(shard: Shard, cache: PairsCache | None) -> tuple[int, bool] | None:
+    n = cache.row_count(shard) if cache is not None else None
+    return None if n is None else (n, True)
 
 
 def process_window(
@@ -568,29 +574,44 @@ def _shard_url(output: str, kind: str, shard_id: str) -> str:
 # -- shards -> items ---------------------------------------------------------------------------------
 
 
+def pairs_cache(c: CurationConfig) -> PairsCache:
+    """Where the shards' PAIRS rows are kept, keyed by everything `read_pairs_task` is told."""
+    options = {
+        "image_column": c.columns.image,
+        "caption_column": c.columns.caption,
+        "images_url": join_url(c.store, "images"),
+        "reserved": [f"score_{m}" for m in c.metrics],
+        "hash_column": c.columns.image_hash,
+    }
+    return PairsCache(join_url(c.store, "shard_pairs"), options)
+
+
 def read_pairs(shards: list[Shard], cfg: ResolvedConfig) -> pl.DataFrame:
-    """Every row of every shard as a PAIRS row, in (shard, row) order (Ray Data, a task per shard)."""
+    """Every row of every shard as a PAIRS row, in (shard, row) order: from the pairs cache
+    for shards read before, else read by Ray Data (a task per shard) and then cached."""
     import ray
 
     c: CurationConfig = cfg.sweep  # type: ignore[assignment]
+    cache = pairs_cache(c)
     order = {s.shard_id: i for i, s in enumerate(shards)}
-    dataset = ray.data.from_items(
-        [{"shard_id": s.shard_id, "uri": s.uri, "format": s.format} for s in shards], override_num_blocks=len(shards)
-    ).map_batches(
-        read_pairs_task,
-        batch_size=1,
-        batch_format="pyarrow",
-        fn_kwargs={
-            "image_column": c.columns.image,
-            "caption_column": c.columns.caption,
-            "images_url": join_url(c.store, "images"),
-            "reserved": [f"score_{m}" for m in c.metrics],
-            "hash_column": c.columns.image_hash,
-        },
-        **task_options(),
-    )
-    tables = list(dataset.iter_batches(batch_size=None, batch_format="pyarrow"))
-    pairs = pl.from_arrow(pa.concat_tables([t.cast(PAIRS) for t in tables])) if tables else pl.from_arrow(PAIRS.empty_table())
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(shards)))) as pool:
+        cached = [t for t in pool.map(cache.get, shards) if t is not None]
+    done = {t.column("shard_id")[0].as_py() for t in cached if t.num_rows}
+    todo = [s for s in shards if s.shard_id not in done]
+    tables = []
+    if todo:
+        dataset = ray.data.from_items(
+            [{"shard_id": s.shard_id, "uri": s.uri, "format": s.format} for s in todo], override_num_blocks=len(todo)
+        ).map_batches(read_pairs_task, batch_size=1, batch_format="pyarrow", fn_kwargs=cache.options, **task_options())
+        tables = [t.cast(PAIRS) for t in dataset.iter_batches(batch_size=None, batch_format="pyarrow")]
+        read = pl.from_arrow(pa.concat_tables(tables)) if tables else pl.from_arrow(PAIRS.empty_table())
+        by_id = read.partition_by("shard_id", as_dict=True)
+        for s in todo:
+            if (s.shard_id,) in by_id:
+                cache.put(s, by_id[(s.shard_id,)].to_arrow())
+    log.info("ingest: %d shard(s) read, %d from the pairs cache", len(todo), len(shards) - len(todo))
+    both = [*cached, *tables]
+    pairs = pl.from_arrow(pa.concat_tables(both)) if both else pl.from_arrow(PAIRS.empty_table())
     return (
         pairs.with_columns(_order=pl.col("shard_id").replace_strict(order, return_dtype=pl.Int64))
         .sort("_order", "row", nulls_last=False)

@@ -12,7 +12,7 @@ A shard is one file, local or on any fsspec store (s3://...):
 
 `read_shard` returns the shard's ORIGINAL rows as an Arrow table (what filtered outputs
 copy), and `shard_pairs` turns them into one (image_uri, caption) row per input row, with
-embedded images written content-addressed so that every pair points at a file. A row that
+a shard's embedded images written as one pack so that every pair points at its image's bytes. A row that
 cannot be used keeps its place with an error (field, reason, detail); a shard that cannot
 be read at all raises `ShardError` naming the file.
 """
@@ -34,7 +34,8 @@ from fsspec.core import url_to_fs
 
 from operators.hashing import digest
 from operators.images import ImageError, decode_image
-from pipeline.benchmarks.io import BadRecord, Folder, content_address
+from pipeline.benchmarks.io import BadRecord, Folder
+from pipeline.image_packs import ImagePack
 from pipeline.tar_walk import FileBlocks, Unsupported, regular_members, tar_bytes
 
 FORMATS = {".parquet": "parquet", ".tar": "webdataset", ".tar.gz": "webdataset", ".tgz": "webdataset"}
@@ -327,7 +328,8 @@ def shard_pairs(
     reserved: Iterable[str] = (),
     hash_column: str | None = None,
 ) -> pa.Table:
-    """One PAIRS row per input row; embedded image bytes are written under `images`.
+    """One PAIRS row per input row; embedded image bytes are written under `images`, as one
+    pack per shard (pipeline.image_packs).
 
     `reserved` names output columns the shard must not already have (score columns), so
     the filtered output can keep every original column unchanged. Embedded images are hashed
@@ -344,13 +346,17 @@ def shard_pairs(
     else:
         rows = _parquet_pairs(table, uri, image_column, caption_column)
         hashes = _hash_column(table, uri, hash_column) if hash_column else [None] * len(rows)
+    pack = ImagePack()
     out = []
     for row, ((image, caption, problem), known) in enumerate(zip(rows, hashes, strict=True)):
         record = {"shard_id": shard_id, "row": row, "caption": caption, "image_uri": None, "image_hash": None, "field": None, "reason": None, "detail": None}
         if problem is None:
             try:
                 if isinstance(image, bytes):
-                    record["image_uri"], record["image_hash"] = extract_checked(images, image)
+                    if not image:
+                        raise BadRecord(None, "embedded image has no bytes")
+                    decode_image(image, f"{uri} row {row}")  # an undecodable blob is an error here, not in the model
+                    record["image_hash"] = pack.add(image)
                 else:
                     record["image_uri"], record["image_hash"] = image, known
             except BadRecord as exc:
@@ -361,24 +367,15 @@ def shard_pairs(
             record["field"], record["reason"], record["detail"] = problem
             record["detail"] = f"{uri} row {row}: {record['detail']}"
         out.append(record)
+    if len(pack):
+        pack_uri = pack.write(images)
+        for record in out:
+            if record["image_uri"] is None and record["reason"] is None:
+                record["image_uri"] = pack.image_uri(pack_uri, record["image_hash"])
     return pa.Table.from_pylist(out, schema=PAIRS) if out else PAIRS.empty_table()
 
 
 Problem = tuple[str, str, str]  # (field, reason, detail)
-
-
-def extract_checked(images: Folder, data: bytes) -> tuple[str, str]:
-    """(uri, image hash) of embedded image bytes stored content-addressed under `images`.
-
-    An image is decoded once, before it is first stored: a file already at its content
-    address was checked when it was written, so a rerun neither decodes nor rewrites it.
-    A bytes blob that does not decode raises ImageError and is not stored.
-    """
-    path, digest = content_address(images, data)
-    if not images.exists_now(path):
-        decode_image(data, images.uri(path))
-        images.write_once(path, data)
-    return images.uri(path), digest
 
 
 def _hash_column(table: pa.Table, uri: str, column: str) -> list[str | None]:

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as hst
 
 from operators.hashing import image_hash
+from operators.images import read_image_bytes
 from pipeline.benchmarks.io import Folder
 from pipeline.config import ConfigError
 from pipeline.curation import Manifest, Rule, apply_rule, histogram_png, load_curation_config, scoring_fingerprint
@@ -31,21 +32,30 @@ def pairs_of(path, fmt, images_dir, **kwargs):
 # -- reading Parquet shards ------------------------------------------------------------------------
 
 
-def test_embedded_bytes_are_written_content_addressed(tmp_path):
+def test_embedded_bytes_are_written_as_one_pack_per_shard(tmp_path):
     rows = pair_rows(range(3))
     rows[1]["image"] = None
+    rows.append(dict(rows[0], caption="the first image again"))
     path = write_parquet(tmp_path / "a.parquet", rows)
     pairs = pairs_of(path, "parquet", tmp_path / "images")
-    assert [p["row"] for p in pairs] == [0, 1, 2]
-    assert [p["caption"] for p in pairs] == [caption(0), caption(1), caption(2)]
-    for p, i in ((pairs[0], 0), (pairs[2], 2)):
-        digest = image_hash(image_bytes(i))
-        assert p["image_uri"] == str(tmp_path / "images" / digest[:2] / f"{digest}.png")
-        assert open(p["image_uri"], "rb").read() == image_bytes(i)
+    assert [p["row"] for p in pairs] == [0, 1, 2, 3]
+    assert [p["caption"] for p in pairs] == [caption(0), caption(1), caption(2), "the first image again"]
+    (pack,) = [p for p in (tmp_path / "images").rglob("*") if p.is_file()]  # one file for the shard
+    assert pack.parent.parent.name == "packs" and pack.suffix == ".tar"
+    with tarfile.open(pack) as tar:  # a plain tar, members named by content hash, each image once
+        assert sorted(tar.getnames()) == sorted(f"{image_hash(image_bytes(i))}.png" for i in (0, 2))
+    for p, i in ((pairs[0], 0), (pairs[2], 2), (pairs[3], 0)):
+        assert p["image_hash"] == image_hash(image_bytes(i))
+        assert p["image_uri"].startswith(f"{pack}#bytes=")
+        assert read_image_bytes(p["image_uri"]) == image_bytes(i)
         assert p["reason"] is None
+    assert pairs[3]["image_uri"] == pairs[0]["image_uri"]
     assert pairs[1]["image_uri"] is None
     assert (pairs[1]["field"], pairs[1]["reason"]) == ("image", "missing_image")
     assert str(path) in pairs[1]["detail"] and "row 1" in pairs[1]["detail"]
+    again = pairs_of(path, "parquet", tmp_path / "images")  # the same images make the same pack, written once
+    assert [p["image_uri"] for p in again] == [p["image_uri"] for p in pairs]
+    assert [p for p in (tmp_path / "images").rglob("*") if p.is_file()] == [pack]
 
 
 def test_relative_image_paths_are_relative_to_the_shard(tmp_path):
@@ -58,7 +68,7 @@ def test_relative_image_paths_are_relative_to_the_shard(tmp_path):
 def test_hugging_face_image_structs_are_read(tmp_path):
     path = write_parquet(tmp_path / "a.parquet", pair_rows([7], image="struct"))
     (pair,) = pairs_of(path, "parquet", tmp_path / "images")
-    assert open(pair["image_uri"], "rb").read() == image_bytes(7)
+    assert read_image_bytes(pair["image_uri"]) == image_bytes(7)
 
 
 @pytest.mark.parametrize(
@@ -194,7 +204,7 @@ def test_shards_on_s3_are_found_by_glob_versioned_by_etag_and_read(tmp_path, s3_
     assert [s.uri for s in found] == ["s3://incoming/2024-05-01/part-0.parquet", "s3://incoming/2024-05-01/part-1.tar"]
     assert all(s.version.startswith("etag:") for s in found)
     pairs = pairs_of(found[0].uri, "parquet", tmp_path / "images")
-    assert [open(p["image_uri"], "rb").read() for p in pairs] == [image_bytes(1), image_bytes(2)]
+    assert [read_image_bytes(p["image_uri"]) for p in pairs] == [image_bytes(1), image_bytes(2)]
     assert read_shard(found[1].uri, "webdataset").column("txt").to_pylist() == [caption(3) + "\n"]
     s3_bucket.put(str(write_parquet(tmp_path / "other.parquet", pair_rows([9]))), "incoming/2024-05-01/part-0.parquet")
     (changed,) = discover(["s3://incoming/*/*.parquet"])

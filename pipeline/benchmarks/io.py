@@ -242,13 +242,14 @@ def content_address(folder: Folder, data: bytes | None, name_hint: str | None = 
     if not data:
         raise BadRecord(None, "embedded image has no bytes")
     digest = image_hash(data)
-    return posixpath.join(folder.path, digest[:2], f"{digest}.{_image_extension(data, name_hint)}"), digest
+    return posixpath.join(folder.path, digest[:2], f"{digest}.{image_extension(data, name_hint)}"), digest
 
 
 _SIGNATURES = ((b"\x89PNG\r\n\x1a\n", "png"), (b"\xff\xd8\xff", "jpg"), (b"GIF8", "gif"), (b"BM", "bmp"))
 
 
-def _image_extension(data: bytes, name_hint: str | None) -> str:
+def image_extension(data: bytes, name_hint: str | None = None) -> str:
+    """The file extension of image bytes, from their signature (else the name's, else `img`)."""
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return "webp"
     for signature, ext in _SIGNATURES:

@@ -1,0 +1,77 @@
+"""The pairs of every shard read before, kept in the store, so that a shard is read once.
+
+Reading a shard (parsing it, decoding and hashing its embedded images, writing its image pack)
+is most of the ingest cost, and its result, the shard's PAIRS rows, depends only on the file
+and on how it is read. A second night over the same files (another output name, another rule)
+takes them from here. The key is the shard as discovery saw it, (uri, size, version), the
+version being the same ETag, mtime or content hash that tells the manifest a shard changed,
+plus every reading option. An entry is used only if the packs its rows point into still exist;
+anything unreadable is a miss, never an error: the shard is read again.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from operators.hashing import digest
+from operators.images import split_byte_range
+from pipeline import store as st
+from pipeline.config import join_url
+from pipeline.shards import PAIRS, Shard
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1  # bump when PAIRS rows of the same shard would come out differently
+
+
+@dataclass(frozen=True)
+class PairsCache:
+    url: str  # <store>/shard_pairs
+    options: dict  # the read_pairs_task keyword arguments: columns, images folder, reserved names
+
+    def key(self, shard: Shard) -> str:
+        what = {"format": FORMAT, "uri": shard.uri, "size": shard.size, "version": shard.version, "shard_format": shard.format, **self.options}
+        return digest(json.dumps(what, sort_keys=True, default=list).encode())
+
+    def _url(self, shard: Shard) -> str:
+        key = self.key(shard)
+        return join_url(self.url, key[:2], f"{key}.parquet")
+
+    def get(self, shard: Shard) -> pa.Table | None:
+        """The shard's PAIRS rows as first read, or None (never read, or not usable now)."""
+        url = self._url(shard)
+        try:
+            table = st.read_table(url)
+        except FileNotFoundError:
+            return None
+        except Exception as exc:  # noqa: BLE001 - a damaged entry is a miss: the shard is read again
+            log.warning("pairs cache: %s unreadable (%s: %s); reading %s again", url, type(exc).__name__, exc, shard.uri)
+            return None
+        if not table.schema.equals(PAIRS):
+            log.warning("pairs cache: %s has columns %s, not PAIRS; reading %s again", url, table.schema.names, shard.uri)
+            return None
+        packs = {split_byte_range(u)[0] for u in table.column("image_uri").drop_null().unique().to_pylist() if split_byte_range(u)[1] is not None}
+        gone = [p for p in sorted(packs) if not st.exists(p)]
+        if gone:
+            log.info("pairs cache: image pack %s of %s is gone; reading the shard again", gone[0], shard.uri)
+            return None
+        return table
+
+    def put(self, shard: Shard, table: pa.Table) -> None:
+        """Keep a shard's rows, unless the shard could not be read at all (retried next run)."""
+        if "unreadable_shard" in table.column("reason").to_pylist():
+            return
+        st.write_table(self._url(shard), table.cast(PAIRS))
+
+    def row_count(self, shard: Shard) -> int | None:
+        """The shard's input rows, from the entry's footer (window planning), or None."""
+        fs, path = st.filesystem(self._url(shard))
+        try:
+            with fs.open(path, "rb") as f:
+                return pq.ParquetFile(f).metadata.num_rows
+        except Exception:  # noqa: BLE001 - no usable entry: the caller counts the shard itself
+            return None

@@ -1,0 +1,152 @@
+"""Image packs (a shard's embedded images as one tar, each image a byte range of it) and the
+pairs cache (a shard read once, whatever the output it is curated into)."""
+from __future__ import annotations
+
+import os
+import tarfile
+import time
+
+import polars as pl
+import pytest
+from curation_shards import image_bytes, pair_rows, tar_samples, write_parquet, write_tar
+from hypothesis import given, settings
+from hypothesis import strategies as hst
+
+from operators.images import ImageError, byte_range_uri, read_image_bytes, split_byte_range
+from pipeline import curation
+from pipeline.benchmarks.io import Folder
+from pipeline.curation import load_curation_config, pairs_cache, read_pairs
+from pipeline.image_packs import ImagePack, ustar_header
+from pipeline.shards import discover
+
+# -- the pack format ---------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=hst.text(alphabet="abcdef0123456789._-", min_size=1, max_size=100), size=hst.integers(0, 8**11 - 1))
+def test_ustar_headers_are_the_bytes_tarfile_writes(name, size):
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode = size, 0, 0o644
+    assert ustar_header(name, size) == info.tobuf(tarfile.USTAR_FORMAT, "utf-8", "surrogateescape")
+
+
+def test_a_pack_is_a_tar_whose_images_read_back_by_range(tmp_path):
+    images = [image_bytes(i) for i in range(4)] + [b"\xff\xd8\xff" + os.urandom(700)]  # PNGs and a JPEG-signed blob
+    pack = ImagePack()
+    hashes = [pack.add(data) for data in [*images, images[0]]]  # a repeated image is stored once
+    assert len(pack) == 5 and hashes[5] == hashes[0]
+    uri = pack.write(Folder(str(tmp_path)))
+    assert uri.startswith(str(tmp_path / "packs")) and uri.endswith(".tar")
+    with tarfile.open(uri) as tar:  # standard tools read it
+        members = tar.getmembers()
+        assert [m.name for m in members] == [f"{h}.png" for h in hashes[:4]] + [f"{hashes[4]}.jpg"]
+        assert [tar.extractfile(m).read() for m in members] == images
+    for h, data in zip(hashes, [*images, images[0]], strict=True):
+        assert read_image_bytes(pack.image_uri(uri, h)) == data
+
+
+def test_the_same_images_in_another_order_make_another_pack(tmp_path):
+    """A pack's name is the hash of its bytes: one written earlier under the same name has the
+    same offsets, so skipping the write is safe (a name from the set of images would not be)."""
+    first, second = ImagePack(), ImagePack()
+    a, b = image_bytes(1), image_bytes(2) + b"longer"
+    ha, hb = first.add(a), first.add(b)
+    second.add(b), second.add(a)
+    uri1, uri2 = first.write(Folder(str(tmp_path))), second.write(Folder(str(tmp_path)))
+    assert uri1 != uri2
+    assert read_image_bytes(second.image_uri(uri2, ha)) == a and read_image_bytes(second.image_uri(uri2, hb)) == b
+
+
+def test_byte_range_uris_parse_only_their_exact_form():
+    assert split_byte_range(byte_range_uri("s3://b/p.tar", 512, 100)) == ("s3://b/p.tar", 512, 100)
+    assert split_byte_range("/x/p.tar#bytes=0-0") == ("/x/p.tar", 0, 1)
+    for whole in ("/x/a.png", "/x/a#bytes=9-5", "/x/a#bytes=1-", "/x/a#bytes=-3", "/x/a#bytes=a-b", "/x/a#bytes=\u00b2-3", "/x/a#bytes=1-2x"):
+        assert split_byte_range(whole) == (whole, None, None)
+
+
+def test_a_range_past_the_end_of_a_pack_is_an_error_naming_it(tmp_path):
+    pack = ImagePack()
+    h = pack.add(image_bytes(3))
+    uri = pack.write(Folder(str(tmp_path)))
+    good = pack.image_uri(uri, h)
+    _, offset, length = split_byte_range(good)
+    bad = byte_range_uri(uri, offset + 2000, length)
+    with pytest.raises(ImageError, match="truncated") as err:
+        read_image_bytes(bad)
+    assert err.value.uri == bad
+    with pytest.raises(ImageError, match="file not found"):
+        read_image_bytes(byte_range_uri(str(tmp_path / "gone.tar"), 0, 10))
+
+
+def test_packs_on_s3_are_read_by_range(moto_s3):
+    moto_s3.mkdir("store")
+    pack = ImagePack()
+    hashes = [pack.add(image_bytes(i)) for i in range(3)]
+    uri = pack.write(Folder("s3://store/images"))
+    assert uri.startswith("s3://store/images/packs/")
+    assert [read_image_bytes(pack.image_uri(uri, h)) for h in hashes] == [image_bytes(i) for i in range(3)]
+
+
+# -- the pairs cache ---------------------------------------------------------------------------
+
+
+def _config(root):
+    return load_curation_config(["curation=smoke", "compute.progress_bars=false", f"root={root}", f"inputs=[{root}/in/]"])
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("a cached shard was read again")
+
+
+def test_a_shard_is_read_once_whatever_output_it_is_curated_into(tmp_path, ray_session, monkeypatch):
+    write_parquet(tmp_path / "in" / "a.parquet", pair_rows(range(4)))
+    write_tar(tmp_path / "in" / "b.tar", tar_samples([5, 6]))
+    shards = discover([str(tmp_path / "in")])
+    cfg = _config(tmp_path)
+    first = read_pairs(shards, cfg)
+    assert first.height == 6 and first["reason"].null_count() == 6
+    monkeypatch.setattr(curation, "read_pairs_task", _refuse)
+    other = load_curation_config(["curation=smoke", "compute.progress_bars=false", f"root={tmp_path}", f"inputs=[{tmp_path}/in/]", "name=other", "min_score=0.9"])
+    again = read_pairs(shards, other)  # another output and rule, the same store: nothing read
+    assert again.equals(first)
+    assert curation.shard_row_counts(shards, pairs_cache(other.sweep)) == {s.uri: n for s, n in zip(shards, (4, 2), strict=True)}
+
+
+def test_a_changed_shard_or_a_lost_pack_or_entry_reads_the_shard_again(tmp_path, ray_session, monkeypatch, caplog):
+    path = write_parquet(tmp_path / "in" / "a.parquet", pair_rows(range(3)))
+    cfg = _config(tmp_path)
+    (shard,) = discover([str(path)])
+    first = read_pairs([shard], cfg)
+    cache = pairs_cache(cfg.sweep)
+    assert cache.get(shard) is not None
+
+    time.sleep(0.01)
+    write_parquet(path, pair_rows(range(5)))
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))
+    (changed,) = discover([str(path)])
+    assert changed.version != shard.version and cache.get(changed) is None
+    assert read_pairs([changed], cfg).height == 5
+
+    pack = first["image_uri"][0].split("#bytes=")[0]
+    os.remove(pack)  # e.g. an operator cleared the store's images
+    assert cache.get(shard) is None
+
+    entry = next((tmp_path / "store" / "shard_pairs").rglob(f"{cache.key(changed)}.parquet"))
+    entry.write_bytes(b"PAR1 not really")
+    assert cache.get(changed) is None and "unreadable" in caplog.text
+    again = read_pairs([changed], cfg)  # read again, and cached again
+    assert again.height == 5 and cache.get(changed) is not None
+    assert [read_image_bytes(u) for u in again["image_uri"]] == [image_bytes(i) for i in range(5)]
+
+
+def test_an_unreadable_shard_is_not_cached(tmp_path, ray_session):
+    broken = tmp_path / "in" / "z.parquet"
+    broken.parent.mkdir(parents=True)
+    broken.write_bytes(b"PAR1 but truncated")
+    cfg = _config(tmp_path)
+    (shard,) = discover([str(broken)])
+    pairs = read_pairs([shard], cfg)
+    assert pairs["reason"].to_list() == ["unreadable_shard"]
+    assert pairs_cache(cfg.sweep).get(shard) is None
+    assert not (tmp_path / "store" / "shard_pairs").exists() or not any((tmp_path / "store" / "shard_pairs").rglob("*.parquet"))
+    assert isinstance(pairs, pl.DataFrame)
