@@ -8,7 +8,7 @@
 
 Synthetic shards (half Parquet with embedded images, half WebDataset tars; tests/curation_shards.py)
 are curated with the zero-cost scripted engine, so every second measured is the pipeline's own:
-reading shards, extracting and hashing images, questions, request keys, answers, scores, publishing.
+reading shards, packing and hashing images, questions, request keys, answers, scores, publishing.
 Each case runs in a fresh driver process (its peak RSS is the driver's alone) and reports:
 
 - wall seconds per stage (the curation's own timings), requests/s (generations + answers sent,
@@ -31,7 +31,7 @@ else its `ComputeSpec`) unless `--rows-per-part` is given, which then applies to
 `--actor-only` measures the answer actor alone (seconds, not minutes).
 
 The machine is shared and noisy: compare ratios measured back to back (`--baseline`), not
-absolute times across runs. What one case leaves to the disk (100k extracted images, then their
+absolute times across runs. What one case leaves to the disk (its store and outputs, then their
 removal) slows the case after it, so the disk is synced before each case and `--rounds` repeats
 the pair with the order swapped each round; it then prints the ratio of every round.
 """
