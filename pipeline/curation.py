@@ -595,9 +595,9 @@ def read_pairs(shards: list[Shard], cfg: ResolvedConfig) -> pl.DataFrame:
     cache = pairs_cache(c)
     order = {s.shard_id: i for i, s in enumerate(shards)}
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(shards)))) as pool:
-        cached = [t for t in pool.map(cache.get, shards) if t is not None]
-    done = {t.column("shard_id")[0].as_py() for t in cached if t.num_rows}
-    todo = [s for s in shards if s.shard_id not in done]
+        found = list(pool.map(cache.get, shards))
+    cached = [t for t in found if t is not None]
+    todo = [s for s, t in zip(shards, found, strict=True) if t is None]
     tables = []
     if todo:
         dataset = ray.data.from_items(
