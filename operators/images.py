@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import re
 
 import fsspec
 from fsspec.core import url_to_fs
@@ -25,25 +26,25 @@ class ImageError(Exception):
         self.cause = cause
 
 
-_RANGE = "#bytes="
+# An image inside a pack (pipeline.image_packs): `<...>/packs/<hh>/<32 hex>.tar#bytes=<first>-<last>`.
+# Only that exact shape is a range, so a user's own file whose name merely ends in "#bytes=1-2"
+# is still read whole, as the file it names.
+_PACK_RANGE = re.compile(r"(?P<url>.*/packs/[0-9a-f]{2}/[0-9a-f]{32}\.tar)#bytes=(?P<first>[0-9]{1,15})-(?P<last>[0-9]{1,15})")
+MAX_RANGE_BYTES = 1 << 31  # no image is this large; a bigger range is a damaged URI, not a read
 
 
 def byte_range_uri(url: str, offset: int, length: int) -> str:
-    """The URI of `length` bytes of the file `url` from `offset` (an image in a pack)."""
-    return f"{url}{_RANGE}{offset}-{offset + length - 1}"
+    """The URI of `length` bytes of the pack `url` from `offset`."""
+    return f"{url}#bytes={offset}-{offset + length - 1}"
 
 
 def split_byte_range(uri: str) -> tuple[str, int | None, int | None]:
-    """(file URL, offset, length) of `<url>#bytes=<first>-<last>`; (uri, None, None) for a
-    whole file. The suffix must be exactly that: anything else is part of the file name."""
-    at = uri.rfind(_RANGE)
-    if at < 0:
+    """(pack URL, offset, length) of an image in a pack; (uri, None, None) for a whole file."""
+    found = _PACK_RANGE.fullmatch(uri) if "#bytes=" in uri else None
+    if found is None or int(found["last"]) < int(found["first"]):
         return uri, None, None
-    first, dash, last = uri[at + len(_RANGE) :].partition("-")
-    digits = first + last
-    if not (dash and first and last and digits.isascii() and digits.isdigit() and int(last) >= int(first)):
-        return uri, None, None
-    return uri[:at], int(first), int(last) - int(first) + 1
+    first = int(found["first"])
+    return found["url"], first, int(found["last"]) - first + 1
 
 
 def _read(uri: str) -> bytes:
@@ -52,6 +53,8 @@ def _read(uri: str) -> bytes:
     if offset is None:
         with open(path, "rb") if path is not None else fsspec.open(url, "rb") as f:
             return f.read()
+    if length > MAX_RANGE_BYTES:
+        raise ValueError(f"a range of {length} bytes is larger than any image")
     if path is not None:
         with open(path, "rb") as f:
             data = os.pread(f.fileno(), length, offset)
@@ -73,7 +76,7 @@ def _local_path(uri: str) -> str | None:
 
 def read_image_bytes(uri: str) -> bytes:
     """The file's bytes, from a local path or any fsspec URL (s3://, gs://, file://, ...);
-    a URI ending in `#bytes=<first>-<last>` names that range of the file (an image pack).
+    an image in a pack (`.../packs/<hh>/<hash>.tar#bytes=<first>-<last>`) is that range of the pack.
 
     Transient storage errors (throttling, 5xx, dropped connections) are retried with backoff;
     a missing or unreadable file is not.

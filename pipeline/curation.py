@@ -606,9 +606,8 @@ def read_pairs(shards: list[Shard], cfg: ResolvedConfig) -> pl.DataFrame:
         tables = [t.cast(PAIRS) for t in dataset.iter_batches(batch_size=None, batch_format="pyarrow")]
         read = pl.from_arrow(pa.concat_tables(tables)) if tables else pl.from_arrow(PAIRS.empty_table())
         by_id = read.partition_by("shard_id", as_dict=True)
-        for s in todo:
-            if (s.shard_id,) in by_id:
-                cache.put(s, by_id[(s.shard_id,)].to_arrow())
+        for s in todo:  # a shard with no rows has no group, and is cached as empty
+            cache.put(s, by_id[(s.shard_id,)].to_arrow() if (s.shard_id,) in by_id else PAIRS.empty_table())
     log.info("ingest: %d shard(s) read, %d from the pairs cache", len(todo), len(shards) - len(todo))
     both = [*cached, *tables]
     pairs = pl.from_arrow(pa.concat_tables(both)) if both else pl.from_arrow(PAIRS.empty_table())

@@ -15,12 +15,16 @@ is written once. Each image's URI is the pack's URI plus its byte range,
 from __future__ import annotations
 
 import io
+import logging
 import posixpath
 import tarfile
 
 from operators.hashing import digest, image_hash
 from operators.images import byte_range_uri
 from pipeline.benchmarks.io import BadRecord, Folder, image_extension
+from pipeline.storage import retrying
+
+log = logging.getLogger(__name__)
 
 PACKS = "packs"  # the folder of packs under the store's images folder
 
@@ -48,12 +52,20 @@ class ImagePack:
         return len(self._ranges)
 
     def write(self, images: Folder) -> str:
-        """Write the pack under `<images>/packs/` unless it is there already; returns its URI."""
+        """Write the pack under `<images>/packs/` unless it is there already, intact (its bytes
+        hash to its name: a truncated or altered one is written again); returns its URI."""
         self._buffer.write(bytes(2 * tarfile.BLOCKSIZE))  # the end-of-archive marker
         data = self._buffer.getvalue()
-        name = f"{digest(data)}.tar"  # named by its bytes: a pack found under this name holds these offsets
-        path = posixpath.join(images.path, PACKS, name[:2], name)
-        images.write_once(path, data)
+        name = digest(data)  # named by its bytes: a pack found under this name holds these offsets
+        path = posixpath.join(images.path, PACKS, name[:2], f"{name}.tar")
+        try:
+            found = retrying(f"read {images.uri(path)}", lambda: images.fs.cat_file(path))
+        except FileNotFoundError:
+            found = None
+        if found is None or digest(found) != name:
+            if found is not None:  # truncated or altered since it was written: the shard is here, repair it
+                log.warning("image pack %s is damaged (%d bytes that do not hash to its name); writing it again", images.uri(path), len(found))
+            images.write(path, data)
         return images.uri(path)
 
     def image_uri(self, pack_uri: str, h: str) -> str:

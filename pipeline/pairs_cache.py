@@ -5,8 +5,9 @@ is most of the ingest cost, and its result, the shard's PAIRS rows, depends only
 and on how it is read. A second night over the same files (another output name, another rule)
 takes them from here. The key is the shard as discovery saw it, (uri, size, version), the
 version being the same ETag, mtime or content hash that tells the manifest a shard changed,
-plus every reading option. An entry is used only if the packs its rows point into still exist;
-anything unreadable is a miss, never an error: the shard is read again.
+plus every reading option. An entry is used only if the packs its rows point into still exist
+and hold every range they name; anything unreadable is a miss, never an error: the shard is read
+again (and a damaged pack written again, see pipeline.image_packs).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from operators.images import split_byte_range
 from pipeline import store as st
 from pipeline.config import join_url
 from pipeline.shards import PAIRS, Shard
+from pipeline.storage import retrying
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +56,17 @@ class PairsCache:
         if not table.schema.equals(PAIRS):
             log.warning("pairs cache: %s has columns %s, not PAIRS; reading %s again", url, table.schema.names, shard.uri)
             return None
-        packs = {split_byte_range(u)[0] for u in table.column("image_uri").drop_null().unique().to_pylist() if split_byte_range(u)[1] is not None}
-        gone = [p for p in sorted(packs) if not st.exists(p)]
-        if gone:
-            log.info("pairs cache: image pack %s of %s is gone; reading the shard again", gone[0], shard.uri)
-            return None
+        needed: dict[str, int] = {}  # pack -> the end of the furthest range its rows read
+        for uri in table.column("image_uri").drop_null().unique().to_pylist():
+            pack, offset, length = split_byte_range(uri)
+            if offset is not None:
+                needed[pack] = max(needed.get(pack, 0), offset + length)
+        for pack, end in sorted(needed.items()):
+            size = _size(pack)
+            if size is None or size < end:
+                what = "is gone" if size is None else f"holds {size} bytes, its images reach byte {end}"
+                log.warning("pairs cache: image pack %s %s; reading %s again", pack, what, shard.uri)
+                return None
         return table
 
     def put(self, shard: Shard, table: pa.Table) -> None:
@@ -75,3 +83,13 @@ class PairsCache:
                 return pq.ParquetFile(f).metadata.num_rows
         except Exception:  # noqa: BLE001 - no usable entry: the caller counts the shard itself
             return None
+
+
+def _size(url: str) -> int | None:
+    """The file's size now, or None if there is none."""
+    fs, path = st.filesystem(url)
+    fs.invalidate_cache(path)
+    try:
+        return int(retrying(f"check {url}", lambda: fs.size(path)))
+    except FileNotFoundError:
+        return None

@@ -133,7 +133,7 @@ def test_write_once_writes_each_image_once_and_survives_a_removed_folder(tmp_pat
     for path, d in zip(paths, data, strict=True):
         folder.write_once(path, d)
         assert open(path, "rb").read() == d
-    assert not [n for n in os.listdir(os.path.dirname(paths[0])) if n.startswith(".part-")]  # no temp file left
+    assert not [n for n in os.listdir(os.path.dirname(paths[0])) if n.startswith(".tmp-")]  # no temp file left
 
 
 @pytest.fixture(params=[0o022, 0o027], ids=["umask-022", "umask-027"])
@@ -172,4 +172,4 @@ def test_extracted_images_and_demo_files_get_an_ordinary_files_mode_and_a_failed
     with pytest.raises(OSError, match="No space"):
         folder.write_once(other, image_bytes(1))
     assert not os.path.exists(other)
-    assert not [n for n in os.listdir(os.path.dirname(other)) if n.startswith(".part-")]  # the temporary file is gone too
+    assert not [n for n in os.listdir(os.path.dirname(other)) if n.startswith(".tmp-")]  # the temporary file is gone too

@@ -57,11 +57,50 @@ def test_the_same_images_in_another_order_make_another_pack(tmp_path):
     assert read_image_bytes(second.image_uri(uri2, ha)) == a and read_image_bytes(second.image_uri(uri2, hb)) == b
 
 
-def test_byte_range_uris_parse_only_their_exact_form():
-    assert split_byte_range(byte_range_uri("s3://b/p.tar", 512, 100)) == ("s3://b/p.tar", 512, 100)
-    assert split_byte_range("/x/p.tar#bytes=0-0") == ("/x/p.tar", 0, 1)
-    for whole in ("/x/a.png", "/x/a#bytes=9-5", "/x/a#bytes=1-", "/x/a#bytes=-3", "/x/a#bytes=a-b", "/x/a#bytes=\u00b2-3", "/x/a#bytes=1-2x"):
+PACK = "packs/ab/" + "ab" * 16 + ".tar"
+
+
+def test_byte_ranges_are_read_only_in_the_exact_form_of_a_pack():
+    assert split_byte_range(byte_range_uri(f"s3://b/store/images/{PACK}", 512, 100)) == (f"s3://b/store/images/{PACK}", 512, 100)
+    assert split_byte_range(f"/x/{PACK}#bytes=0-0") == (f"/x/{PACK}", 0, 1)
+    for whole in (
+        "/x/a.png", "/x/a.png#bytes=0-3", f"/x/{PACK}#bytes=9-5", f"/x/{PACK}#bytes=1-", f"/x/{PACK}#bytes=-3", f"/x/{PACK}#bytes=a-b",
+        f"/x/{PACK}#bytes=\u00b2-3", f"/x/{PACK}#bytes=1-2x", f"/x/{PACK}#bytes=0-{'9' * 16}", "/x/packs/ab/short.tar#bytes=0-3",
+    ):
         assert split_byte_range(whole) == (whole, None, None)
+
+
+def test_a_users_file_whose_name_looks_like_a_range_is_read_whole(tmp_path):
+    """Ranges are only the pipeline's own pack URIs: a file in the data whose name happens to
+    end in "#bytes=0-3" is the file it names (it used to be read as 4 bytes of another file)."""
+    (tmp_path / "a.png").write_bytes(image_bytes(1))
+    odd = tmp_path / "a.png#bytes=0-3"
+    odd.write_bytes(image_bytes(2))
+    assert read_image_bytes(str(odd)) == image_bytes(2)
+
+
+def test_a_huge_range_is_an_image_error_not_an_allocation(tmp_path):
+    pack = ImagePack()
+    pack.add(image_bytes(1))
+    uri = pack.write(Folder(str(tmp_path)))
+    with pytest.raises(ImageError, match="larger than any image"):
+        read_image_bytes(byte_range_uri(uri, 0, 10**14))
+
+
+def test_a_damaged_pack_is_written_again_when_its_shard_is_read(tmp_path, caplog):
+    images = [image_bytes(i) for i in range(3)]
+    pack = ImagePack()
+    hashes = [pack.add(data) for data in images]
+    uri = pack.write(Folder(str(tmp_path)))
+    with open(uri, "r+b") as f:
+        f.truncate(700)  # e.g. a disk that filled up, or a copy that stopped half way
+    again = ImagePack()
+    for data in images:
+        again.add(data)
+    assert again.write(Folder(str(tmp_path))) == uri
+    assert "damaged" in caplog.text
+    assert [read_image_bytes(pack.image_uri(uri, h)) for h in hashes] == images
+    assert not [p for p in (tmp_path / "packs").rglob(".tmp-*")]  # no temporary file left
 
 
 def test_a_range_past_the_end_of_a_pack_is_an_error_naming_it(tmp_path):
@@ -128,6 +167,9 @@ def test_a_changed_shard_or_a_lost_pack_or_entry_reads_the_shard_again(tmp_path,
     assert read_pairs([changed], cfg).height == 5
 
     pack = first["image_uri"][0].split("#bytes=")[0]
+    with open(pack, "r+b") as f:
+        f.truncate(600)  # damaged: its rows' ranges reach past its end
+    assert cache.get(shard) is None and "reading" in caplog.text
     os.remove(pack)  # e.g. an operator cleared the store's images
     assert cache.get(shard) is None
 
@@ -150,3 +192,13 @@ def test_an_unreadable_shard_is_not_cached(tmp_path, ray_session):
     assert pairs_cache(cfg.sweep).get(shard) is None
     assert not (tmp_path / "store" / "shard_pairs").exists() or not any((tmp_path / "store" / "shard_pairs").rglob("*.parquet"))
     assert isinstance(pairs, pl.DataFrame)
+
+
+def test_an_empty_shard_is_cached_too(tmp_path, ray_session, monkeypatch):
+    path = write_parquet(tmp_path / "in" / "empty.parquet", pair_rows([]))
+    cfg = _config(tmp_path)
+    (shard,) = discover([str(path)])
+    assert read_pairs([shard], cfg).height == 0
+    assert pairs_cache(cfg.sweep).get(shard).num_rows == 0
+    monkeypatch.setattr(curation, "read_pairs_task", _refuse)
+    assert read_pairs([shard], cfg).height == 0

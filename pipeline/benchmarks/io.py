@@ -29,6 +29,7 @@ from fsspec.core import url_to_fs
 from operators.hashing import image_hash
 from operators.schema import ITEMS, conform
 from pipeline.benchmarks.common import Problem
+from pipeline.store import TMP_PREFIX
 
 
 class BenchmarkFileError(RuntimeError):
@@ -163,8 +164,11 @@ class Folder:
 
     def write_once(self, path: str, data: bytes) -> None:
         """Write `data` unless the file exists; readers never see a partial file."""
-        if self.exists_now(path):
-            return
+        if not self.exists_now(path):
+            self.write(path, data)
+
+    def write(self, path: str, data: bytes) -> None:
+        """Write `data` (replacing the file if there is one); readers never see a partial file."""
         if not self.is_local:
             self.fs.pipe_file(path, data)  # one PUT on object stores: atomic
             return
@@ -182,7 +186,7 @@ def write_local_atomically(path: str, data: bytes) -> None:
     with mkstemp (its files are 0600: an image extracted by a service account was unreadable
     to every other user of a shared store)."""
     folder = posixpath.dirname(path)
-    tmp = posixpath.join(folder, f".part-{uuid.uuid4().hex}")
+    tmp = posixpath.join(folder, f"{TMP_PREFIX}{uuid.uuid4().hex}")  # what `store gc` removes once old
     flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY
     try:
         fd = os.open(tmp, flags, 0o666)
