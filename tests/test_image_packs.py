@@ -22,7 +22,7 @@ from pipeline.shards import discover
 # -- the pack format ---------------------------------------------------------------------------
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(name=hst.text(alphabet="abcdef0123456789._-", min_size=1, max_size=100), size=hst.integers(0, 8**11 - 1))
 def test_ustar_headers_are_the_bytes_tarfile_writes(name, size):
     info = tarfile.TarInfo(name)

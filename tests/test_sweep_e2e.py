@@ -84,10 +84,10 @@ def test_second_run_is_identical_and_a_rerun_sends_nothing(first_run, tmp_path):
     assert sorted_scores(again.run_dir).equals(sorted_scores(result.run_dir))
 
 
-def test_killed_sweep_resumes_without_resending_written_answers(first_run, tmp_path):
+def test_killed_sweep_resumes_without_resending_written_answers(ray_session, first_run, tmp_path):
     cfg, reference = first_run
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    env.pop("RAY_ADDRESS", None)
+    # the job joins this session's Ray (starting its own cost ~10 s); its SIGKILL takes its workers with it
+    env = dict(os.environ, PYTHONUNBUFFERED="1", RAY_ADDRESS=ray_session.get_runtime_context().gcs_address)
     log_path = tmp_path / "killed.log"
     answers_dir = tmp_path / "store" / "answers" / "smoke"
     with open(log_path, "w") as log:
