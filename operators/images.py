@@ -29,8 +29,14 @@ class ImageError(Exception):
 # An image inside a pack (pipeline.image_packs): `<...>/packs/<hh>/<32 hex>.tar#bytes=<first>-<last>`.
 # Only that exact shape is a range, so a user's own file whose name merely ends in "#bytes=1-2"
 # is still read whole, as the file it names.
-_PACK_RANGE = re.compile(r"(?P<url>.*/packs/[0-9a-f]{2}/[0-9a-f]{32}\.tar)#bytes=(?P<first>[0-9]{1,15})-(?P<last>[0-9]{1,15})")
+PACKS = "packs"  # the folder of packs under the store's images folder
+_PACK_RANGE = re.compile(rf"(?P<url>.*/{PACKS}/[0-9a-f]{{2}}/[0-9a-f]{{32}}\.tar)#bytes=(?P<first>[0-9]{{1,15}})-(?P<last>[0-9]{{1,15}})")
 MAX_RANGE_BYTES = 1 << 31  # no image is this large; a bigger range is a damaged URI, not a read
+
+
+def pack_path(images: str, name: str) -> str:
+    """Where the pack named `name` (32 hex digits, the hash of its bytes) lives under `images`."""
+    return f"{images.rstrip('/')}/{PACKS}/{name[:2]}/{name}.tar"
 
 
 def byte_range_uri(url: str, offset: int, length: int) -> str:

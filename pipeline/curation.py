@@ -596,9 +596,8 @@ def read_pairs(shards: list[Shard], cfg: ResolvedConfig) -> pl.DataFrame:
     order = {s.shard_id: i for i, s in enumerate(shards)}
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(shards)))) as pool:
         found = list(pool.map(cache.get, shards))
-    cached = [t for t in found if t is not None]
+    frames = [pl.from_arrow(t) for t in found if t is not None]
     todo = [s for s, t in zip(shards, found, strict=True) if t is None]
-    tables = []
     if todo:
         dataset = ray.data.from_items(
             [{"shard_id": s.shard_id, "uri": s.uri, "format": s.format} for s in todo], override_num_blocks=len(todo)
@@ -608,9 +607,9 @@ def read_pairs(shards: list[Shard], cfg: ResolvedConfig) -> pl.DataFrame:
         by_id = read.partition_by("shard_id", as_dict=True)
         for s in todo:  # a shard with no rows has no group, and is cached as empty
             cache.put(s, by_id[(s.shard_id,)].to_arrow() if (s.shard_id,) in by_id else PAIRS.empty_table())
+        frames.append(read)
     log.info("ingest: %d shard(s) read, %d from the pairs cache", len(todo), len(shards) - len(todo))
-    both = [*cached, *tables]
-    pairs = pl.from_arrow(pa.concat_tables(both)) if both else pl.from_arrow(PAIRS.empty_table())
+    pairs = pl.concat(frames) if frames else pl.from_arrow(PAIRS.empty_table())
     return (
         pairs.with_columns(_order=pl.col("shard_id").replace_strict(order, return_dtype=pl.Int64))
         .sort("_order", "row", nulls_last=False)

@@ -16,18 +16,14 @@ from __future__ import annotations
 
 import io
 import logging
-import posixpath
 import tarfile
 
 from operators.hashing import digest, image_hash
-from operators.images import byte_range_uri
+from operators.images import byte_range_uri, pack_path
 from pipeline.benchmarks.io import BadRecord, Folder, image_extension
 from pipeline.storage import retrying
 
 log = logging.getLogger(__name__)
-
-PACKS = "packs"  # the folder of packs under the store's images folder
-
 
 class ImagePack:
     """The embedded images of one shard, added one by one, written as one tar."""
@@ -57,7 +53,7 @@ class ImagePack:
         self._buffer.write(bytes(2 * tarfile.BLOCKSIZE))  # the end-of-archive marker
         data = self._buffer.getvalue()
         name = digest(data)  # named by its bytes: a pack found under this name holds these offsets
-        path = posixpath.join(images.path, PACKS, name[:2], f"{name}.tar")
+        path = pack_path(images.path, name)
         try:
             found = retrying(f"read {images.uri(path)}", lambda: images.fs.cat_file(path))
         except FileNotFoundError:

@@ -41,7 +41,7 @@ from operators.hashing import image_hash
 from operators.parsing import Claim, DsgQuestion, questions_rows
 from operators.schema import QUESTIONS
 from pipeline.benchmarks.common import LoadResult
-from pipeline.benchmarks.io import BadRecord, Folder, ProblemLog, items_table, rating, require_image, text_value, write_local_atomically
+from pipeline.benchmarks.io import BadRecord, Folder, ProblemLog, items_table, rating, require_image, text_value
 
 MANIFEST = "manifest.json"
 # Bump when the manifest layout changes (drawing changes already change every image hash).
@@ -546,14 +546,6 @@ def _demo_files() -> tuple[bytes, dict[str, bytes]]:
     return (json.dumps(manifest, indent=1, sort_keys=True, ensure_ascii=True) + "\n").encode("ascii"), images
 
 
-def _replace(folder: Folder, path: str, data: bytes) -> None:
-    """Write or overwrite a file so that readers see the old or the new bytes, never a mix."""
-    if not folder.is_local:
-        folder.fs.pipe_file(path, data)  # one PUT on object stores
-        return
-    write_local_atomically(path, data)
-
-
 def write_demo(root: str) -> None:
     """Write the demo's images and manifest under `root` (a folder or fsspec URL).
 
@@ -568,7 +560,7 @@ def write_demo(root: str) -> None:
         return
     for path, data in images.items():
         folder.write_once(folder.join(path), data)
-    _replace(folder, manifest_path, expected)
+    folder.write(manifest_path, expected)  # replaces an old or partial manifest atomically
 
 
 # -------------------------------------------------------------------------- loader
