@@ -31,7 +31,7 @@ GENERATION_TEMPLATES = {
     "claims": "generate_claims",
 }
 
-ImageLoader = Callable[[str], object]  # uri -> PIL image; raises on a bad image
+ImageLoader = Callable[[str, str], object]  # (uri, image hash) -> PIL image; raises on a bad image (operators.images.load_image)
 
 
 def _error_rows(rows: list[dict], stage: str) -> pa.Table:

@@ -7,9 +7,11 @@ practical concern at corpus scale.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 
 _SEP = b"\x1f"
+_OWN_IMAGE_HASH = re.compile("[0-9a-f]{32}")
 _NONE = b"\x00"
 
 
@@ -20,6 +22,13 @@ def digest(data: bytes) -> str:
 def image_hash(data: bytes) -> str:
     """Hash of an image file's bytes (what `items.image_hash` holds)."""
     return digest(data)
+
+
+def is_own_image_hash(value: str | None) -> bool:
+    """Whether `value` is an `image_hash` this project computed (32 lowercase hex digits), so
+    bytes can be checked against it; a hash taken from a shard's own column
+    (`<column>:<value>`, any algorithm) cannot be."""
+    return value is not None and _OWN_IMAGE_HASH.fullmatch(value) is not None
 
 
 def content_key(*parts: str | int | float | None) -> str:

@@ -14,6 +14,7 @@ import fsspec
 from fsspec.core import url_to_fs
 from PIL import Image, ImageOps
 
+from operators.hashing import image_hash, is_own_image_hash
 from operators.retry import retrying
 
 
@@ -93,6 +94,23 @@ def read_image_bytes(uri: str) -> bytes:
         raise ImageError(uri, "file not found") from e
     except (OSError, ValueError) as e:
         raise ImageError(uri, f"cannot read: {e}") from e
+
+
+def load_image(uri: str, expected_hash: str | None = None) -> Image.Image:
+    """The image at `uri`, decoded, after checking that its bytes still hash to `expected_hash`.
+
+    Requests are keyed by the hash taken when the image was first read; the model later reads
+    the image again by URI. If the file was replaced or damaged in between (an image rewritten
+    in place, a pack corrupted on disk), an answer about other pixels would be stored for good
+    under the old hash and served to every later run. So a mismatch raises, and the request
+    becomes an error row. Hashes from a shard's own column (not ours) cannot be checked.
+    """
+    data = read_image_bytes(uri)
+    if is_own_image_hash(expected_hash):
+        found = image_hash(data)
+        if found != expected_hash:
+            raise ImageError(uri, f"changed since it was hashed: its bytes hash to {found}, not to {expected_hash}, the hash its requests are keyed by")
+    return decode_image(data, uri)
 
 
 def decode_image(data: bytes, uri: str) -> Image.Image:

@@ -95,12 +95,13 @@ class ImageCache:
     """The decoded images of one batch, by content hash; each distinct image decoded once.
 
     `load(rows)` decodes the rows' images not seen yet and returns the shared (images,
-    failures) maps; a failure is the error text of an unreadable image. When the first image
+    failures) maps; a failure is the error text of an unreadable image. `load_image(uri, hash)`
+    gets the hash too, so it can check the bytes it reads (`operators.images.load_image`). When the first image
     takes longer than SLOW_DECODE_S (real photos: ~10 ms), the rest are decoded in `threads`
     threads; small images are cheaper to decode than to hand to a thread.
     """
 
-    def __init__(self, load_image: Callable[[str], object], threads: int = DECODE_THREADS):
+    def __init__(self, load_image: Callable[[str, str], object], threads: int = DECODE_THREADS):
         self.load_image = load_image
         self.threads = threads
         self.images: dict[str, object] = {}
@@ -115,16 +116,16 @@ class ImageCache:
         for h, uri in pairs:
             if h is not None and h not in self.images and h not in self.failures and h not in wanted:
                 wanted[h] = uri
-        uris = list(wanted.values())
+        todo = list(wanted.items())
         outcomes = []
-        if uris:
+        if todo:
             start = time.perf_counter()
-            outcomes.append(self._decode(uris[0]))
+            outcomes.append(self._decode(todo[0]))
             slow = time.perf_counter() - start > SLOW_DECODE_S
-            if slow and len(uris) > 2 and self.threads > 1:
-                outcomes += _pool(f"decode{self.threads}", self.threads).map(self._decode, uris[1:])
+            if slow and len(todo) > 2 and self.threads > 1:
+                outcomes += _pool(f"decode{self.threads}", self.threads).map(self._decode, todo[1:])
             else:
-                outcomes += [self._decode(uri) for uri in uris[1:]]
+                outcomes += [self._decode(pair) for pair in todo[1:]]
         for h, (image, failure) in zip(wanted, outcomes, strict=True):
             if failure is None:
                 self.images[h] = image
@@ -132,8 +133,9 @@ class ImageCache:
                 self.failures[h] = failure
         return self.images, self.failures
 
-    def _decode(self, uri: str) -> tuple[object, str | None]:
+    def _decode(self, pair: tuple[str, str]) -> tuple[object, str | None]:
+        h, uri = pair
         try:
-            return self.load_image(uri), None
+            return self.load_image(uri, h), None
         except Exception as exc:  # an unreadable image is a row error, not a crash
             return None, f"{type(exc).__name__}: {exc}"

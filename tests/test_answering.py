@@ -37,7 +37,7 @@ def requests(rows):
     return schema.conform(pa.Table.from_pylist(full), schema.REQUESTS)
 
 
-def loader(uri):
+def loader(uri, image_hash=None):
     if uri == "/bad.png":
         raise OSError("cannot identify image file '/bad.png'")
     return f"IMAGE<{uri}>"

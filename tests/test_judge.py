@@ -141,7 +141,7 @@ class RecordingEngine:
 def test_generate_image_batch_shows_the_image_and_isolates_failures():
     loads = []
 
-    def loader(uri):
+    def loader(uri, image_hash):
         loads.append(uri)
         if uri == "/bad.png":
             raise OSError("cannot identify image file")

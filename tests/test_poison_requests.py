@@ -104,7 +104,7 @@ def test_too_long_prompts_are_error_rows_before_any_model_work():
     long_caption = batch.column("caption").to_pylist()
     long_caption[2] = "word " * 500
     batch = batch.set_column(batch.schema.get_field_index("caption"), "caption", pa.array(long_caption))
-    answers, errors = answer_batch(engine, batch, TEMPLATES, lambda uri: None)
+    answers, errors = answer_batch(engine, batch, TEMPLATES, lambda uri, h: None)
     assert [(e["key"], e["reason"]) for e in errors.to_pylist()] == [("k002", "prompt_too_long")]
     assert "max_prompt_tokens 12" in errors.column("detail")[0].as_py()
     assert answers.column("key").to_pylist() == ["k000", "k001", "k003", "k004"]
@@ -130,7 +130,7 @@ def test_a_50kb_caption_on_the_tiny_hf_model_is_one_error_row_and_memory_stays_b
     captions[5] = ("a small red cube beside a large blue sphere, " * 1200)[:50_000]
     batch = batch.set_column(batch.schema.get_field_index("caption"), "caption", pa.array(captions))
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    answers, errors = answer_batch(engine, batch, TEMPLATES, lambda uri: None)
+    answers, errors = answer_batch(engine, batch, TEMPLATES, lambda uri, h: None)
     grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     (error,) = errors.to_pylist()
     assert error["key"] == "k005" and error["reason"] == "prompt_too_long"

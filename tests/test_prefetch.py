@@ -29,7 +29,7 @@ class SlowEngine:
 
 
 def slow_loader(decoded):
-    def load(uri):
+    def load(uri, image_hash=None):
         if uri.endswith("bad"):
             raise OSError(f"{uri}: not a decodable image")
         decoded.append((uri, threading.current_thread().name))
@@ -105,13 +105,13 @@ def test_micro_batch_size_follows_the_engine():
     assert micro_batch_size(Engine()) == 128 and micro_batch_size(object()) == 256 and micro_batch_size(object(), 5) == 5
     with pytest.raises(ValueError):
         micro_batch_size(object(), 0)
-    cache = ImageCache(lambda uri: uri.upper(), threads=2)
+    cache = ImageCache(lambda uri, h: uri.upper(), threads=2)
     images, failures = cache.load([{"image_hash": "a", "image_uri": "x"}, {"image_hash": None}, {"image_hash": "a", "image_uri": "x"}])
     assert images == {"a": "X"} and failures == {}
 
 
 def test_slow_images_decode_in_threads_and_fast_ones_inline():
-    def slow(uri):
+    def slow(uri, image_hash):
         time.sleep(0.1)
         return threading.current_thread().name
 
@@ -120,7 +120,7 @@ def test_slow_images_decode_in_threads_and_fast_ones_inline():
     images, _ = ImageCache(slow, threads=4).load(rows)
     assert time.perf_counter() - start < 0.1 + 2 * 0.1 + 0.1  # first alone, then four side by side (not 0.5 s)
     assert sum(name.startswith("decode") for name in images.values()) == 4
-    images, _ = ImageCache(lambda uri: threading.current_thread().name, threads=4).load(rows)
+    images, _ = ImageCache(lambda uri, h: threading.current_thread().name, threads=4).load(rows)
     assert set(images.values()) == {threading.current_thread().name}  # cheap images: no hand-off
 
 

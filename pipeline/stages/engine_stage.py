@@ -583,7 +583,7 @@ class AnswerWorker:
     """Ray actor: one engine per replica; answers a batch and stores it before returning."""
 
     def __init__(self, backbone: BackboneSpec, templates: dict, store_url: str):
-        from operators.images import decode_image, read_image_bytes
+        from operators.images import load_image
         from pipeline.executor import load_engine  # shared in-process, own engine in a Ray actor
 
         self.backbone = backbone
@@ -591,7 +591,7 @@ class AnswerWorker:
         self.store = PartStore(store_url, schema.ANSWERS)
         self.parts = PartSink(self.store)
         self.engine = load_engine(backbone)
-        self.load_image = lambda uri: decode_image(read_image_bytes(uri), uri)
+        self.load_image = load_image  # checks the bytes against the request's image hash
 
     def prepare(self, batch: pa.Table):
         """Decode a part's images ahead of its call (PartWriter overlaps it with the engine)."""

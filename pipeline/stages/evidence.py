@@ -212,7 +212,7 @@ class GroundingWorker:
 
     def __init__(self, detector: DetectorSpec, store_url: str):
         from operators.grounding import GroundingDetector, Thresholds
-        from operators.images import decode_image, read_image_bytes
+        from operators.images import load_image
 
         self.spec = detector
         self.store = PartStore(store_url, DETECTIONS)
@@ -225,7 +225,7 @@ class GroundingWorker:
             image_size=detector.image_size,
             dtype=detector.dtype,
         )
-        self.load_image = lambda uri: decode_image(read_image_bytes(uri), uri)
+        self.load_image = load_image  # checks the bytes against the request's image hash
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         rows = batch.to_pylist()
@@ -234,7 +234,7 @@ class GroundingWorker:
             h = row["image_hash"]
             if h not in images:
                 try:
-                    images[h] = self.load_image(row["image_uri"])
+                    images[h] = self.load_image(row["image_uri"], h)
                 except Exception as exc:  # an unreadable image fails its queries, not the batch
                     images[h] = exc
             if isinstance(images[h], Exception):
@@ -365,12 +365,12 @@ class ViewWorker:
     recipe key -> image hash before returning the batch's status."""
 
     def __init__(self, store_url: str, views_url: str):
-        from operators.images import decode_image, read_image_bytes
+        from operators.images import load_image
 
         self.store_url = store_url
         self.store = PartStore(views_url, VIEW_IMAGES)
         self.parts = PartSink(self.store)  # background part writes; the rows go back with the statuses
-        self.load_image = lambda uri: decode_image(read_image_bytes(uri), uri)
+        self.load_image = load_image  # checks the bytes against the request's image hash
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         from operators.hashing import image_hash
@@ -381,7 +381,7 @@ class ViewWorker:
             h = row["source_hash"]
             try:
                 if h not in sources:
-                    sources[h] = np.asarray(self.load_image(row["image_uri"]))
+                    sources[h] = np.asarray(self.load_image(row["image_uri"], h))
                 cache = blur_caches.setdefault((h, row["sigma"]), {})  # blur each source once per batch
                 pixels = render_view(sources[h], row["view"], [tuple(b) for b in row["boxes"]], row["fill"], row["sigma"], cache)
                 data = png_bytes(pixels)

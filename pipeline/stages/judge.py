@@ -70,7 +70,7 @@ class JudgeWorker:
     """Ray actor: one engine per replica; generates judgements on images and stores them raw."""
 
     def __init__(self, backbone: BackboneSpec, templates: dict, store_url: str, max_new_tokens: int):
-        from operators.images import decode_image, read_image_bytes
+        from operators.images import load_image
         from pipeline.executor import load_engine  # shared in-process, own engine in a Ray actor
 
         self.backbone = backbone
@@ -79,7 +79,7 @@ class JudgeWorker:
         self.store = PartStore(store_url, schema.GENERATIONS)
         self.parts = PartSink(self.store)  # background part writes; the rows go back with the statuses
         self.engine = load_engine(backbone)
-        self.load_image = lambda uri: decode_image(read_image_bytes(uri), uri)
+        self.load_image = load_image  # checks the bytes against the request's image hash
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         from operators.answering import generate_image_batch

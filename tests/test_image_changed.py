@@ -1,0 +1,108 @@
+"""An image whose bytes changed after they were hashed is never answered under the old hash.
+
+Requests are keyed by the image hash taken at ingest, and the model reads the image again by
+URI later. An answer computed from other bytes would be stored under the old hash for good
+and served to every later run, so the workers check the bytes they read against the hash.
+"""
+import io
+from types import SimpleNamespace
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from PIL import Image
+
+from operators import schema
+from operators.hashing import image_hash, is_own_image_hash
+from operators.images import ImageError, load_image
+from pipeline.image_packs import ImagePack
+from pipeline.benchmarks.io import Folder
+
+TEMPLATES = {"answer_image": "Q: {question}", "answer_caption": 'Text: "{caption}" Q: {question}', "holistic": "H: {caption}", "claim": "C: {claim}"}
+
+
+def bmp(colour) -> bytes:
+    """Uncompressed, so two colours of one size have the same length (a same-size overwrite)."""
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8), colour).save(out, format="BMP")
+    return out.getvalue()
+
+
+RED, BLUE = bmp((255, 0, 0)), bmp((0, 0, 255))
+
+
+def test_own_hashes_are_checked_and_a_shard_columns_hash_is_not():
+    assert len(RED) == len(BLUE) and RED != BLUE
+    assert is_own_image_hash(image_hash(RED))
+    for foreign in (None, "", "sha256:" + "ab" * 32, image_hash(RED).upper(), image_hash(RED)[:31], image_hash(RED) + "0"):
+        assert not is_own_image_hash(foreign)
+
+
+def test_a_file_rewritten_after_hashing_is_an_error_naming_both_hashes(tmp_path):
+    path = tmp_path / "a.bmp"
+    path.write_bytes(RED)
+    h = image_hash(RED)
+    assert load_image(str(path), h).getpixel((0, 0)) == (255, 0, 0)
+    path.write_bytes(BLUE)  # replaced in place, same size
+    with pytest.raises(ImageError, match=f"changed since it was hashed: its bytes hash to {image_hash(BLUE)}, not to {h}"):
+        load_image(str(path), h)
+    # the hash its bytes have now, a shard column's hash, or none: read as they are
+    assert load_image(str(path), image_hash(BLUE)).getpixel((0, 0)) == (0, 0, 255)
+    assert load_image(str(path), "sha256:feed").getpixel((0, 0)) == (0, 0, 255)
+    assert load_image(str(path)).getpixel((0, 0)) == (0, 0, 255)
+
+
+def test_an_image_overwritten_inside_its_pack_is_an_error(tmp_path):
+    pack = ImagePack()
+    hashes = [pack.add(RED), pack.add(bmp((0, 255, 0)))]
+    url = pack.write(Folder(str(tmp_path / "images")))
+    uri = pack.image_uri(url, hashes[0])
+    assert load_image(uri, hashes[0]).getpixel((0, 0)) == (255, 0, 0)
+    data = bytearray(open(url, "rb").read())
+    start = bytes(data).index(RED)
+    data[start : start + len(BLUE)] = BLUE  # the pack keeps its size: the pairs cache still trusts it
+    open(url, "wb").write(bytes(data))
+    with pytest.raises(ImageError, match="changed since it was hashed"):
+        load_image(uri, hashes[0])
+    assert load_image(pack.image_uri(url, hashes[1]), hashes[1]).getpixel((0, 0)) == (0, 255, 0)
+
+
+class RecordingEngine:
+    def __init__(self):
+        self.prompts = []
+
+    def score_yes_no(self, prompts):
+        self.prompts += prompts
+        return np.array([[-0.2, -1.8]] * len(prompts))
+
+
+def test_the_answer_worker_stores_no_answer_for_a_changed_image(tmp_path):
+    """The real worker (its loader, prefetch and part writes) around a recording engine."""
+    from pipeline.stages.engine_stage import PART, AnswerWorker, PartSink, PartWriter
+    from pipeline.store import PartStore
+
+    changed, kept = tmp_path / "changed.bmp", tmp_path / "kept.bmp"
+    changed.write_bytes(RED)
+    kept.write_bytes(RED)
+    h = image_hash(RED)  # both were hashed before the first was rewritten
+    changed.write_bytes(BLUE)
+    # one hash, two files (as when one image sits under two paths): each request reads its own URI
+    requests = schema.conform(pa.Table.from_pylist([
+        {"key": key, "backbone": "b", "kind": "image", "prompt_id": "v1:x", "image_hash": h, "image_uri": str(path), "caption": None, "text": "Is it red?"}
+        for key, path in (("k-changed", changed), ("k-kept", kept))
+    ]), schema.REQUESTS)
+    worker = AnswerWorker.__new__(AnswerWorker)
+    worker.engine, worker.templates, worker.backbone = RecordingEngine(), TEMPLATES, SimpleNamespace(system_prompt=None)
+    worker.store = PartStore(str(tmp_path / "answers"), schema.ANSWERS)
+    worker.parts, worker.load_image = PartSink(worker.store), load_image
+    writer = PartWriter.__new__(PartWriter)
+    writer.worker, writer.row_schema = worker, None
+    for i in range(2):  # one part per request: each reads its own file
+        status = writer(requests.slice(i, 1).append_column(PART, pa.array([0], pa.int32())))
+        (row,) = status.to_pylist()
+        if i == 0:
+            assert not row["ok"] and row["reason"] == "unreadable_image" and "changed since it was hashed" in row["detail"]
+        else:
+            assert row["ok"], row
+    assert worker.store.keys().to_pylist() == ["k-kept"]  # nothing stored under the old hash from the new bytes
+    assert [p.image.getpixel((0, 0)) for p in worker.engine.prompts] == [(255, 0, 0)]
