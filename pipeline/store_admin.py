@@ -22,13 +22,17 @@ from __future__ import annotations
 import json
 import logging
 import posixpath
+import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from operators import schema
+from operators.hashing import digest
+from operators.images import PACKS
 from pipeline.key_index import SUFFIX
 from pipeline.storage import retrying
 from pipeline.store import (
@@ -40,6 +44,7 @@ from pipeline.store import (
     TMP_PREFIX,
     BadPart,
     PartStore,
+    _is_local,
     filesystem,
 )
 
@@ -178,6 +183,64 @@ def verify(root: str, *, repair: bool = False) -> list[FolderReport]:
         report.quarantined = [_url(root, root_path, p) for p, _ in roles.get(QUARANTINE, [])]
         reports.append(report)
     return reports
+
+
+@dataclass
+class PackReport:
+    """What the image packs under `<store>/images/packs/` hold (pipeline.image_packs)."""
+
+    url: str
+    packs: int = 0
+    bytes: int = 0
+    bad: list[dict] = field(default_factory=list)  # {path, reason[, moved_to]}
+
+    def line(self) -> str:
+        state = "ok" if not self.bad else f"{len(self.bad)} BAD packs"
+        return f"{self.url}: {self.packs} image packs, {self.bytes} bytes: {state}"
+
+
+# A pack as image_packs writes it: images/packs/<hh>/<hash of its bytes>.tar
+_PACK = re.compile(rf"(?:^|/)images/{PACKS}/(?P<hh>[0-9a-f]{{2}})/(?P<name>[0-9a-f]{{32}})\.tar$")
+
+
+def verify_packs(root: str, *, repair: bool = False, threads: int = 8) -> PackReport:
+    """Hash every image pack. A pack is named by the hash of its bytes, so one that no longer
+    hashes to its name was truncated or altered after it was written; the workers would refuse
+    its images ("changed since it was hashed") night after night, because the pairs cache still
+    points into it. With `repair` a bad pack is moved to `packs/_quarantine/`: the next curation
+    of its shard then misses the pairs cache, reads the shard again and writes the pack anew."""
+    fs, root_path, found = _files(root)
+    packs = sorted((p, info) for p, info in found.items() if _PACK.search(p[len(root_path.rstrip("/")):]))
+    report = PackReport(url=f"{root.rstrip('/')}/images/{PACKS}")
+
+    def check(path: str) -> str | None:
+        try:
+            data = retrying(f"read {path}", lambda: fs.cat_file(path))
+        except FileNotFoundError:
+            return None  # removed meanwhile
+        found_hash = digest(data)
+        name = _PACK.search(path)["name"]
+        return None if found_hash == name else f"{len(data)} bytes that hash to {found_hash}, not to its name"
+
+    with ThreadPoolExecutor(max(1, threads)) as pool:  # hashing large buffers frees the GIL; object stores answer slowly
+        reasons = list(pool.map(check, [p for p, _ in packs]))
+    for (path, info), reason in zip(packs, reasons, strict=True):
+        report.packs += 1
+        report.bytes += int(info.get("size") or 0)
+        if reason is None:
+            continue
+        entry = {"path": _url(root, root_path, path), "reason": reason}
+        if repair:
+            moved = posixpath.join(posixpath.dirname(posixpath.dirname(path)), QUARANTINE, f"{posixpath.basename(path)}.{time.strftime('%Y%m%dT%H%M%S')}")
+            if _is_local(fs):
+                fs.makedirs(posixpath.dirname(moved), exist_ok=True)
+            try:
+                retrying(f"quarantine {path}", lambda p=path, m=moved: fs.mv(p, m))
+                entry["moved_to"] = _url(root, root_path, moved)
+            except FileNotFoundError:  # removed meanwhile
+                pass
+        report.bad.append(entry)
+    return report
 
 
 def _check_index(store: PartStore, report: FolderReport, path: str, repair: bool, url: str) -> None:

@@ -15,8 +15,8 @@ from PIL import Image
 from operators import schema
 from operators.hashing import image_hash, is_own_image_hash
 from operators.images import ImageError, load_image
-from pipeline.image_packs import ImagePack
 from pipeline.benchmarks.io import Folder
+from pipeline.image_packs import ImagePack
 
 TEMPLATES = {"answer_image": "Q: {question}", "answer_caption": 'Text: "{caption}" Q: {question}', "holistic": "H: {caption}", "claim": "C: {claim}"}
 

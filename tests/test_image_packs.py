@@ -2,6 +2,7 @@
 pairs cache (a shard read once, whatever the output it is curated into)."""
 from __future__ import annotations
 
+import importlib
 import os
 import tarfile
 import time
@@ -202,3 +203,42 @@ def test_an_empty_shard_is_cached_too(tmp_path, ray_session, monkeypatch):
     assert pairs_cache(cfg.sweep).get(shard).num_rows == 0
     monkeypatch.setattr(curation, "read_pairs_task", _refuse)
     assert read_pairs([shard], cfg).height == 0
+
+
+def test_a_pack_altered_in_place_is_refused_then_found_by_verify_and_healed(tmp_path, ray_session, capsys):
+    """Same size, other bytes: the pairs cache cannot tell (it checks sizes), so the workers
+    refuse the image, `store verify` names the pack, and repair makes the next read heal it."""
+    from operators.images import load_image
+    from pipeline.store_admin import gc, verify_packs
+
+    store_job = importlib.import_module("jobs.store")
+
+    path = write_parquet(tmp_path / "in" / "a.parquet", pair_rows(range(3)))
+    cfg = _config(tmp_path)
+    store = str(tmp_path / "store")
+    (shard,) = discover([str(path)])
+    first = read_pairs([shard], cfg)
+    uri, h = first["image_uri"][1], first["image_hash"][1]
+    pack = uri.split("#bytes=")[0]
+    _, offset, length = split_byte_range(uri)
+    with open(pack, "r+b") as f:
+        f.seek(offset + length // 2)
+        f.write(b"\xff\x00\xff")  # bit rot inside the second image
+    assert pairs_cache(cfg.sweep).get(shard) is not None  # the cache still points into it
+    with pytest.raises(ImageError, match="changed since it was hashed"):
+        load_image(uri, h)
+
+    report = verify_packs(store)
+    assert (report.packs, len(report.bad)) == (1, 1) and "not to its name" in report.bad[0]["reason"]
+    assert report.bad[0]["path"].endswith(os.path.basename(pack)) and "moved_to" not in report.bad[0]
+    assert store_job.main(["verify", f"store={store}"]) == 1
+    assert "bad image pack" in capsys.readouterr().out
+
+    report = verify_packs(store, repair=True)
+    assert "_quarantine" in report.bad[0]["moved_to"] and not os.path.exists(pack)
+    assert pairs_cache(cfg.sweep).get(shard) is None  # the pack is gone: the shard is read again
+    again = read_pairs([shard], cfg)
+    assert again["image_uri"].to_list() == first["image_uri"].to_list()  # the same pack, written anew
+    assert load_image(uri, h) is not None
+    assert verify_packs(store).bad == [] and store_job.main(["verify", f"store={store}"]) == 0
+    assert any("_quarantine" in p for p in gc(store))  # the damaged copy is collected
