@@ -123,10 +123,11 @@ class _TimedLoader:
         self.main_cpu_seconds = 0.0  # on the engine's (main) thread: not overlapped with anything
         self.calls = 0
 
-    def __call__(self, uri):
+    def __call__(self, uri, *image_hash):
+        # (uri, hash) since workers check the bytes against the hash; (uri) in older checkouts
         cpu = time.thread_time()
         try:
-            return self.load(uri)
+            return self.load(uri, *image_hash)
         finally:
             import threading
 
@@ -181,9 +182,11 @@ def actor_overhead(cfg, items, n_requests: int, rows_per_part: int, store_url: s
     worker.engine = timed
     loader = worker.load_image = _TimedLoader(worker.load_image)
     start, cpu, main = time.perf_counter(), time.process_time(), time.thread_time()
-    for batch in calls:
-        call(batch)
+    statuses = [call(batch) for batch in calls]
     wall, cpu, main = time.perf_counter() - start, time.process_time() - cpu, time.thread_time() - main
+    failed = [row for status in statuses for row in status.select(["ok", "detail"]).to_pylist() if not row["ok"]]
+    if failed:  # a figure measured on requests that failed (e.g. no image loaded) would flatter the code
+        raise RuntimeError(f"actor_overhead: {len(failed)} of {requests.num_rows} requests failed, e.g. {failed[0]['detail']}")
     n = max(requests.num_rows, 1)
     own_cpu = cpu - timed.cpu_seconds
     engine_thread = main - timed.cpu_seconds - loader.main_cpu_seconds  # prompts, answers, statuses

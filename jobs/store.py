@@ -5,11 +5,11 @@
     python jobs/store.py compact store=<store dir or s3://...> [target_rows=1048576] [small_rows=65536]
 
 `verify` reads every part and marker, checks each compacted part's key index against the part,
-hashes every image pack (named by the hash of its bytes), and prints keys, parts, bytes and bad
-files per folder; exit code 1 when something is bad (with repair=true bad parts are moved to
-`_quarantine/`, and the next run computes their keys; missing or bad key indexes are written
-again; a bad image pack is moved to `images/packs/_quarantine/`, and the next curation of its
-shard reads the shard and writes the pack again). `gc` removes temporary files of killed writers
+hashes every content-named file under images/ (image packs and single images, each named by the
+hash of its bytes), and prints keys, parts, bytes and bad files per folder; exit code 1 when
+something is bad (with repair=true bad parts are moved to `_quarantine/`, and the next run
+computes their keys; missing or bad key indexes are written again; a bad image file is moved to
+a `_quarantine/` beside it: the next curation of a pack's shard writes the pack again). `gc` removes temporary files of killed writers
 older than min_age_s, quarantined parts and unreadable markers; parts are never removed.
 `compact` merges small parts into big ones sorted by key and bucketed by key prefix, each with
 a key index (under each folder's lease; safe while runs write), so finding a night's keys
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runnable from
 
 from pipeline.cli import guarded  # noqa: E402
 from pipeline.store import COMPACT_SMALL_ROWS, COMPACT_TARGET_ROWS  # noqa: E402
-from pipeline.store_admin import GC_MIN_AGE_S, compact, gc, verify, verify_packs  # noqa: E402
+from pipeline.store_admin import GC_MIN_AGE_S, compact, gc, verify, verify_images  # noqa: E402
 
 USAGE = ("usage: python jobs/store.py verify|gc|compact store=<dir or s3://...> [repair=true] [min_age_s=N] [dry_run=true] "
          "[target_rows=N] [small_rows=N]")
@@ -87,7 +87,7 @@ def main(argv: list[str]) -> int:
         print(f"{len(removed)} files {'to remove' if args['dry_run'] else 'removed'}")
         return 0
     reports = verify(args["store"], repair=args["repair"])
-    packs = verify_packs(args["store"], repair=args["repair"])
+    images = verify_images(args["store"], repair=args["repair"])
     for report in reports:
         print(report.line())
         for bad in report.bad_parts:
@@ -98,13 +98,13 @@ def main(argv: list[str]) -> int:
         for bad in report.bad_indexes:
             fixed = " -> written again" if bad.get("rewritten") else ""
             print(f"  bad key index {bad['path']}: {bad['reason']}{fixed}")
-    if packs.packs:
-        print(packs.line())
-        for bad in packs.bad:
+    if images.packs or images.images or images.bad or images.quarantined or images.temp_files:
+        print(images.line())
+        for bad in images.bad:
             moved = f" -> moved to {bad['moved_to']}" if bad.get("moved_to") else ""
-            print(f"  bad image pack {bad['path']}: {bad['reason']}{moved}")
+            print(f"  bad image file {bad['path']}: {bad['reason']}{moved}")
     total = {k: sum(getattr(r, k) for r in reports) for k in ("keys", "parts", "bytes")}
-    n_bad = sum(len(r.bad_parts) + len(r.bad_markers) + len(r.bad_indexes) for r in reports) + len(packs.bad)
+    n_bad = sum(len(r.bad_parts) + len(r.bad_markers) + len(r.bad_indexes) for r in reports) + len(images.bad)
     print(f"total: {len(reports)} folders, {total['keys']} keys, {total['parts']} parts, {total['bytes']} bytes, {n_bad} bad")
     return 1 if n_bad else 0
 

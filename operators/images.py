@@ -96,6 +96,14 @@ def read_image_bytes(uri: str) -> bytes:
         raise ImageError(uri, f"cannot read: {e}") from e
 
 
+_REHASH_HINT = {
+    True: "the next run hashes a file again when its size or modification time changed (a copy that kept both, as cp -p "
+          "or rsync -a make, looks unchanged: touch the file)",
+    False: "the pack was damaged on disk: `python jobs/store.py verify store=<store> repair=true` moves it aside, and the "
+           "next curation of its shard writes it again",
+}
+
+
 def load_image(uri: str, expected_hash: str | None = None) -> Image.Image:
     """The image at `uri`, decoded, after checking that its bytes still hash to `expected_hash`.
 
@@ -109,7 +117,7 @@ def load_image(uri: str, expected_hash: str | None = None) -> Image.Image:
     if is_own_image_hash(expected_hash):
         found = image_hash(data)
         if found != expected_hash:
-            raise ImageError(uri, f"changed since it was hashed: its bytes hash to {found}, not to {expected_hash}, the hash its requests are keyed by")
+            raise ImageError(uri, f"changed since it was hashed: its bytes hash to {found}, not to {expected_hash}, the hash its requests are keyed by; {_REHASH_HINT[split_byte_range(uri)[1] is None]}")
     return decode_image(data, uri)
 
 

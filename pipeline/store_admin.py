@@ -19,6 +19,7 @@ all of them, e.g. after a disk or bucket incident, and says what it found.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import posixpath
@@ -31,7 +32,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from operators import schema
-from operators.hashing import digest
 from operators.images import PACKS
 from pipeline.key_index import SUFFIX
 from pipeline.storage import retrying
@@ -149,6 +149,8 @@ def verify(root: str, *, repair: bool = False) -> list[FolderReport]:
     _, root_path, _ = _files(root)
     for url, roles in survey(root).items():
         top = url[len(root.rstrip("/")) + 1:].split("/", 1)[0]
+        if top == IMAGES:  # content-named images, not parts: verify_images checks them
+            continue
         store = PartStore(url, schemas.get(top, pa.schema([("key", pa.string())])))
         report = FolderReport(url=url)
         keys = []
@@ -186,52 +188,75 @@ def verify(root: str, *, repair: bool = False) -> list[FolderReport]:
 
 
 @dataclass
-class PackReport:
-    """What the image packs under `<store>/images/packs/` hold (pipeline.image_packs)."""
+class ImagesReport:
+    """What the store's images folder holds: image packs (`images/packs/<hh>/<hash>.tar`, a
+    curated shard's embedded images) and single images (`images/<hh>/<hash>.<ext>`, rendered
+    views and images handed to the API as bytes). Each is named by the hash of its bytes."""
 
     url: str
     packs: int = 0
+    images: int = 0
     bytes: int = 0
     bad: list[dict] = field(default_factory=list)  # {path, reason[, moved_to]}
+    temp_files: int = 0  # of writers still writing or killed (gc removes old ones)
+    quarantined: int = 0  # bad files moved aside by an earlier repair (gc removes them)
 
     def line(self) -> str:
-        state = "ok" if not self.bad else f"{len(self.bad)} BAD packs"
-        return f"{self.url}: {self.packs} image packs, {self.bytes} bytes: {state}"
+        state = "ok" if not self.bad else f"{len(self.bad)} BAD files"
+        extra = f", {self.temp_files} temp files" if self.temp_files else ""
+        extra += f", {self.quarantined} quarantined" if self.quarantined else ""
+        return f"{self.url}: {self.packs} image packs, {self.images} single images, {self.bytes} bytes{extra}: {state}"
 
 
-# A pack as image_packs writes it: images/packs/<hh>/<hash of its bytes>.tar
-_PACK = re.compile(rf"(?:^|/)images/{PACKS}/(?P<hh>[0-9a-f]{{2}})/(?P<name>[0-9a-f]{{32}})\.tar$")
+IMAGES = "images"  # the store's folder of content-named images (views, API bytes, packs)
+# root-relative paths of content-named files: images/packs/<hh>/<hash>.tar and images/<hh>/<hash>.<ext>
+_NAMED = re.compile(rf"^{IMAGES}/(?:(?P<pack>{PACKS})/)?(?P<hh>[0-9a-f]{{2}})/(?P<name>(?P=hh)[0-9a-f]{{30}})\.(?P<ext>[a-z]{{2,4}})$")
+_HASH_CHUNK = 8 << 20  # bytes hashed at a time: packs can be gigabytes
 
 
-def verify_packs(root: str, *, repair: bool = False, threads: int = 8) -> PackReport:
-    """Hash every image pack. A pack is named by the hash of its bytes, so one that no longer
-    hashes to its name was truncated or altered after it was written; the workers would refuse
-    its images ("changed since it was hashed") night after night, because the pairs cache still
-    points into it. With `repair` a bad pack is moved to `packs/_quarantine/`: the next curation
-    of its shard then misses the pairs cache, reads the shard again and writes the pack anew."""
+def verify_images(root: str, *, repair: bool = False, threads: int = 8) -> ImagesReport:
+    """Hash every content-named file under `<root>/images/`: one whose bytes no longer hash to
+    its name was altered or truncated after it was written. The workers already refuse its
+    images ("changed since it was hashed"), so no wrong answer is stored, but a damaged pack
+    keeps failing its shard's rows night after night (the pairs cache checks sizes, not bytes).
+    With `repair` a bad file is moved to `_quarantine/` beside it (gc removes it): the next
+    curation of a pack's shard reads the shard again and writes the pack anew, and the next
+    run that extracts a single image writes it again."""
     fs, root_path, found = _files(root)
-    packs = sorted((p, info) for p, info in found.items() if _PACK.search(p[len(root_path.rstrip("/")):]))
-    report = PackReport(url=f"{root.rstrip('/')}/images/{PACKS}")
+    prefix = root_path.rstrip("/") + "/"
+    named = sorted((p, info, m) for p, info in found.items() if p.startswith(prefix) and (m := _NAMED.match(p[len(prefix):])))
+    report = ImagesReport(url=f"{root.rstrip('/')}/{IMAGES}")
+    for path in found:
+        if path.startswith(prefix + IMAGES + "/"):
+            report.temp_files += posixpath.basename(path).startswith(TMP_PREFIX)
+            report.quarantined += posixpath.basename(posixpath.dirname(path)) == QUARANTINE
 
-    def check(path: str) -> str | None:
+    def check(path: str, name: str) -> str | None:
+        h = hashlib.blake2b(digest_size=16)  # operators.hashing.digest, streamed
+        size = 0
         try:
-            data = retrying(f"read {path}", lambda: fs.cat_file(path))
+            with fs.open(path, "rb") as f:
+                while chunk := f.read(_HASH_CHUNK):
+                    h.update(chunk)
+                    size += len(chunk)
         except FileNotFoundError:
-            return None  # removed meanwhile
-        found_hash = digest(data)
-        name = _PACK.search(path)["name"]
-        return None if found_hash == name else f"{len(data)} bytes that hash to {found_hash}, not to its name"
+            return "removed while it was being checked"
+        found_hash = h.hexdigest()
+        return None if found_hash == name else f"{size} bytes that hash to {found_hash}, not to its name"
 
     with ThreadPoolExecutor(max(1, threads)) as pool:  # hashing large buffers frees the GIL; object stores answer slowly
-        reasons = list(pool.map(check, [p for p, _ in packs]))
-    for (path, info), reason in zip(packs, reasons, strict=True):
-        report.packs += 1
+        reasons = list(pool.map(lambda entry: check(entry[0], entry[2]["name"]), named))
+    for (path, info, m), reason in zip(named, reasons, strict=True):
+        if reason == "removed while it was being checked":
+            continue
+        report.packs += bool(m["pack"])
+        report.images += not m["pack"]
         report.bytes += int(info.get("size") or 0)
         if reason is None:
             continue
         entry = {"path": _url(root, root_path, path), "reason": reason}
         if repair:
-            moved = posixpath.join(posixpath.dirname(posixpath.dirname(path)), QUARANTINE, f"{posixpath.basename(path)}.{time.strftime('%Y%m%dT%H%M%S')}")
+            moved = posixpath.join(posixpath.dirname(path), QUARANTINE, f"{posixpath.basename(path)}.{time.strftime('%Y%m%dT%H%M%S')}")
             if _is_local(fs):
                 fs.makedirs(posixpath.dirname(moved), exist_ok=True)
             try:

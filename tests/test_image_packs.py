@@ -209,7 +209,7 @@ def test_a_pack_altered_in_place_is_refused_then_found_by_verify_and_healed(tmp_
     """Same size, other bytes: the pairs cache cannot tell (it checks sizes), so the workers
     refuse the image, `store verify` names the pack, and repair makes the next read heal it."""
     from operators.images import load_image
-    from pipeline.store_admin import gc, verify_packs
+    from pipeline.store_admin import gc, verify, verify_images
 
     store_job = importlib.import_module("jobs.store")
 
@@ -228,17 +228,28 @@ def test_a_pack_altered_in_place_is_refused_then_found_by_verify_and_healed(tmp_
     with pytest.raises(ImageError, match="changed since it was hashed"):
         load_image(uri, h)
 
-    report = verify_packs(store)
-    assert (report.packs, len(report.bad)) == (1, 1) and "not to its name" in report.bad[0]["reason"]
+    single = tmp_path / "store" / "images" / h[:2] / f"{h}.png"  # as a rendered view or API image is stored
+    single.parent.mkdir(parents=True)
+    single.write_bytes(image_bytes(1))
+    report = verify_images(store)
+    assert (report.packs, report.images, len(report.bad)) == (1, 1, 1) and "not to its name" in report.bad[0]["reason"]
     assert report.bad[0]["path"].endswith(os.path.basename(pack)) and "moved_to" not in report.bad[0]
     assert store_job.main(["verify", f"store={store}"]) == 1
-    assert "bad image pack" in capsys.readouterr().out
+    assert "bad image file" in capsys.readouterr().out
 
-    report = verify_packs(store, repair=True)
-    assert "_quarantine" in report.bad[0]["moved_to"] and not os.path.exists(pack)
+    single.write_bytes(image_bytes(1)[:-1] + b"!")  # altered too: found, and moved aside with the pack
+    report = verify_images(store, repair=True)
+    assert sorted(os.path.basename(b["path"]) for b in report.bad) == sorted([os.path.basename(pack), single.name])
+    assert all("_quarantine" in b["moved_to"] for b in report.bad) and not os.path.exists(pack) and not single.exists()
     assert pairs_cache(cfg.sweep).get(shard) is None  # the pack is gone: the shard is read again
     again = read_pairs([shard], cfg)
     assert again["image_uri"].to_list() == first["image_uri"].to_list()  # the same pack, written anew
     assert load_image(uri, h) is not None
-    assert verify_packs(store).bad == [] and store_job.main(["verify", f"store={store}"]) == 0
-    assert any("_quarantine" in p for p in gc(store))  # the damaged copy is collected
+    after = verify_images(store)
+    assert (after.packs, after.images, after.bad, after.quarantined) == (1, 0, [], 2)
+    assert store_job.main(["verify", f"store={store}"]) == 0
+    out = capsys.readouterr().out
+    assert "1 image packs, 0 single images" in out and "2 quarantined" in out and "total: 0 folders" in out
+    assert not [r for r in verify(store) if "/images" in r.url]  # images are not folders of parts
+    assert sorted("_quarantine" in p for p in gc(store)) == [True, True]  # the damaged copies are collected
+    assert verify_images(store).quarantined == 0
