@@ -96,12 +96,16 @@ def read_image_bytes(uri: str) -> bytes:
         raise ImageError(uri, f"cannot read: {e}") from e
 
 
-_REHASH_HINT = {
-    True: "the next run hashes a file again when its size or modification time changed (a copy that kept both, as cp -p "
-          "or rsync -a make, looks unchanged: touch the file)",
-    False: "the pack was damaged on disk: `python jobs/store.py verify store=<store> repair=true` moves it aside, and the "
-           "next curation of its shard writes it again",
-}
+_STORED_COPY = re.compile(r".*/images/(?P<hh>[0-9a-f]{2})/(?P=hh)[0-9a-f]{30}\.[a-z]{2,4}")  # the store's copy of an image
+_RUN_AGAIN = "then run again (a curation: with retry_failed=true, which processes shards with failed rows again)"
+
+
+def _changed_hint(uri: str) -> str:
+    """How to cure an image that changed since it was hashed (docs/troubleshooting.md)."""
+    if split_byte_range(uri)[1] is not None or _STORED_COPY.fullmatch(uri):
+        return f"the store's copy was damaged on disk: `python jobs/store.py verify store=<store> repair=true` moves it aside; {_RUN_AGAIN}"
+    return ("a file is hashed again when its size or modification time changes, and a copy that kept both (cp -p, "
+            f"rsync -a) looks unchanged: touch the file, {_RUN_AGAIN}")
 
 
 def load_image(uri: str, expected_hash: str | None = None) -> Image.Image:
@@ -117,7 +121,7 @@ def load_image(uri: str, expected_hash: str | None = None) -> Image.Image:
     if is_own_image_hash(expected_hash):
         found = image_hash(data)
         if found != expected_hash:
-            raise ImageError(uri, f"changed since it was hashed: its bytes hash to {found}, not to {expected_hash}, the hash its requests are keyed by; {_REHASH_HINT[split_byte_range(uri)[1] is None]}")
+            raise ImageError(uri, f"changed since it was hashed: its bytes hash to {found}, not to {expected_hash}, the hash its requests are keyed by; {_changed_hint(uri)}")
     return decode_image(data, uri)
 
 

@@ -101,6 +101,9 @@ class CurationConfig(SweepConfig):
     min_score: float | None = 0.5  # keep rows scoring at least this
     top_fraction: float | None = None  # keep the best fraction of each shard's scored rows
     decide_only: bool = False  # re-apply the rule to stored scores; no model work
+    # Also process again the shards whose rows failed last time (e.g. images repaired since):
+    # their answers come from the cache, so only the failed rows cost model work.
+    retry_failed: bool = False
     # Windows: the night is processed in groups of whole shards, each read, scored, published
     # and recorded in the manifest before the next (null: no limit of that kind).
     window_shards: int | None = None
@@ -257,6 +260,10 @@ class Manifest:
         entry = self.shards.get(shard.uri)
         return bool(entry) and (entry["size"], entry["version"], entry["fingerprint"]) == (shard.size, shard.version, fingerprint)
 
+    def failed_rows(self, shard: Shard) -> int:
+        """Rows of `shard` that failed when it was last processed (0 if never processed)."""
+        return int(self.shards.get(shard.uri, {}).get("failed") or 0)
+
     def shard(self, uri: str) -> Shard:
         e = self.shards[uri]
         return Shard(uri=uri, size=e["size"], version=e["version"], format=e["format"])
@@ -295,6 +302,7 @@ class CurationResult:
     mode: str = "score"  # score | decide
     shards: list[ShardStats] = field(default_factory=list)
     unchanged: int = 0  # shards skipped: already processed with this configuration
+    skipped_with_failures: int = 0  # of those, shards with failed rows (retry_failed=true processes them again)
     reports: list[StageReport] = field(default_factory=list)
     timings: Timings = field(default_factory=Timings)
     errors: pl.DataFrame = field(default_factory=lambda: pl.from_arrow(schema.ERRORS.empty_table()))
@@ -332,8 +340,10 @@ def _score_new_shards(cfg: ResolvedConfig, lease: Lease) -> CurationResult:
     with clock("discover"):
         manifest = Manifest.load(c.output)
         found = discover(c.inputs, c.detect_changes)
-        todo = [s for s in found if not manifest.is_current(s, fingerprint)]
+        todo = [s for s in found if not manifest.is_current(s, fingerprint) or (c.retry_failed and manifest.failed_rows(s))]
     result.unchanged = len(found) - len(todo)
+    if not c.retry_failed:
+        result.skipped_with_failures = sum(1 for s in found if manifest.is_current(s, fingerprint) and manifest.failed_rows(s))
     _warn_other_rules(manifest, rule)
     if not todo:
         log.info("curation %s: %d shard(s), none new or changed: nothing to do", c.name, len(found))
@@ -453,13 +463,14 @@ def process_window(
     with clock("publish"):
         rows = shard_rows(pairs, scores, errors, list(c.metrics), rule.metric)
         evidence = evidence_table(window_dir, c.backbones[0], pairs, c.probability)
+        located = pl.concat([errors, locate_image_errors(errors, pairs)])
         unreadable = set(pairs.filter(pl.col("reason") == "unreadable_shard")["shard_id"].to_list())
         decided = []
         for shard in shards:
             if shard.shard_id in unreadable:
                 continue  # an unreadable shard is retried next run; its error is in the run report
             decisions = apply_rule(rows.filter(pl.col("shard_id") == shard.shard_id).drop("shard_id").sort("row"), rule)
-            _write_shard_tables(c.output, shard.shard_id, evidence, errors)
+            _write_shard_tables(c.output, shard.shard_id, evidence, located)
             decided.append((shard, decisions))
         failures = publish(decided, c.output)
         errors = pl.concat([errors, failures])
@@ -636,6 +647,18 @@ def pairs_to_items(pairs: pl.DataFrame, shards: list[Shard]) -> tuple[pl.DataFra
 
 
 # -- scores -> per-shard tables ---------------------------------------------------------------------
+
+
+def locate_image_errors(errors: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:
+    """A model stage's image errors are per request, shared by every row showing that image, so
+    they name no shard or row. For the shards' errors tables, one copy per row with that image:
+    a row's `no_score` decision then has its cause (e.g. "changed since it was hashed") beside it."""
+    unplaced = errors.filter(pl.col("benchmark").is_null() & pl.col("item_id").is_null() & pl.col("source").is_not_null())
+    if unplaced.height == 0:
+        return errors.clear()
+    rows = pairs.filter(pl.col("image_uri").is_not_null()).select(pl.col("image_uri").alias("source"), benchmark="shard_id", item_id="item_id")
+    located = unplaced.drop("benchmark", "item_id").join(rows, on="source", how="inner")
+    return located.select(errors.columns).unique(maintain_order=True)
 
 
 def shard_rows(pairs: pl.DataFrame, scores: pl.DataFrame, errors: pl.DataFrame, metrics: list[str], decision_metric: str) -> pl.DataFrame:
@@ -867,8 +890,10 @@ def histogram_counts_png(counts: np.ndarray, edges: np.ndarray, rule: Rule, shar
 
 def summary_text(result: CurationResult) -> str:
     """What jobs/curate.py prints at the end."""
+    retry = (f"\n{result.skipped_with_failures} of the skipped shard(s) have failed rows; once their cause is fixed "
+             "(see the run's errors), retry_failed=true processes them again") if result.skipped_with_failures else ""
     if result.run_id is None:
-        return f"nothing to do: {result.unchanged} shard(s) already processed with this configuration ({result.output})"
+        return f"nothing to do: {result.unchanged} shard(s) already processed with this configuration ({result.output}){retry}"
     t = result.totals()
     lines = [f"curation run {result.run_id} ({result.mode}): {len(result.shards)} shard(s), {t['rows_in']} rows: "
              f"{t['kept']} kept, {t['dropped']} dropped, {t['failed']} failed; {result.unchanged} unchanged shard(s) skipped"]
@@ -878,4 +903,4 @@ def summary_text(result: CurationResult) -> str:
         counts = result.errors.group_by("stage", "reason").len().sort("stage", "reason")
         lines.append("errors: " + ", ".join(f"{r['stage']}/{r['reason']}: {r['len']}" for r in counts.iter_rows(named=True)))
     lines.append(f"report: {result.run_dir}/report.md   filtered shards: {result.output}/filtered/")
-    return "\n".join(lines)
+    return "\n".join(lines) + retry

@@ -315,3 +315,25 @@ def test_fingerprint_follows_scoring_settings_not_the_decision(tmp_path):
 def test_histogram_is_a_png():
     png = histogram_png([0.1, 0.4, 0.45, 0.8], Rule("depict", min_score=0.5), [])
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
+
+
+def test_an_image_error_of_a_request_is_placed_on_every_row_showing_that_image():
+    """Model stages report image errors per request (no shard, no row); the shards' errors
+    tables get one copy per row with that image, so each failed row has its cause beside it."""
+    from operators import schema
+    from pipeline.curation import locate_image_errors
+
+    errors = pl.from_arrow(schema.conform(pa.Table.from_pylist([
+        {"stage": "answers", "key": "k1", "source": "/img/u.png", "field": "image_uri", "reason": "unreadable_image", "detail": "changed since it was hashed"},
+        {"stage": "answers", "key": "k2", "source": "/img/u.png", "field": "image_uri", "reason": "unreadable_image", "detail": "changed since it was hashed"},
+        {"stage": "ingest", "benchmark": "s1", "item_id": "s1/3", "source": "/in/s1.parquet", "field": "caption", "reason": "empty_caption", "detail": "empty"},
+    ]), schema.ERRORS))
+    pairs = pl.DataFrame({
+        "shard_id": ["s1", "s1", "s2", "s2"], "item_id": ["s1/0", "s1/1", "s2/0", "s2/1"],
+        "image_uri": ["/img/u.png", "/img/v.png", "/img/u.png", None],
+    })
+    located = locate_image_errors(errors, pairs).sort("item_id", "key")
+    assert located.columns == errors.columns
+    assert located.select("benchmark", "item_id", "key").rows() == [("s1", "s1/0", "k1"), ("s1", "s1/0", "k2"), ("s2", "s2/0", "k1"), ("s2", "s2/0", "k2")]
+    assert set(located["detail"]) == {"changed since it was hashed"}
+    assert locate_image_errors(errors.filter(pl.col("stage") == "ingest"), pairs).height == 0

@@ -25,7 +25,7 @@ from killing import kill_when, settled
 from scipy.special import expit
 
 from operators import schema
-from pipeline.curation import load_curation_config, run_curation
+from pipeline.curation import load_curation_config, run_curation, summary_text
 from pipeline.shards import discover, read_shard
 from pipeline.store import PartStore
 
@@ -104,6 +104,10 @@ def nights(ray_session, tmp_path_factory):
 
     write_parquet(seen["c"], pair_rows([22, 20]))  # shard c is replaced upstream (pairs already answered)
     seen["changed"] = run_curation(config(root, "min_score=null", "top_fraction=0.5"))
+
+    before = tables(out, "decisions")
+    seen["retried"] = run_curation(config(root, "min_score=null", "top_fraction=0.5", "retry_failed=true"))
+    seen["retried_changed"] = {k for k, v in tables(out, "decisions").items() if not before[k].equals(v)}
     return seen
 
 
@@ -188,6 +192,21 @@ def test_rerunning_the_same_night_does_nothing(nights):
     assert result.run_id is None and result.shards == [] and result.unchanged == 3
     assert result.reports == []  # no stage ran: nothing sent to any model
     assert nights["rerun_changed"] == set()
+    # ... and says that a shard it skipped has failed rows, and how to process it again
+    assert result.skipped_with_failures == 1
+    assert "1 of the skipped shard(s) have failed rows" in summary_text(result) and "retry_failed=true" in summary_text(result)
+
+
+def test_retry_failed_processes_again_only_the_shards_with_failed_rows(nights):
+    """The cure for rows that failed on something since repaired (an image fixed on disk): the
+    shard is processed again, its answers from the cache; shards without failures are skipped."""
+    result = nights["retried"]
+    a = shard_id(nights["a"])
+    assert [s.shard_id for s in result.shards] == [a] and result.unchanged == 2
+    answers = result.stage("answers")
+    assert answers.sent == 0 and answers.cached == answers.needed > 0
+    assert result.shards[0].failed == 2  # the corrupt image and the empty caption are still bad
+    assert nights["retried_changed"] == set()  # the same decisions as before
 
 
 def test_a_new_rule_is_applied_to_stored_scores_without_model_work(nights):

@@ -106,3 +106,29 @@ def test_the_answer_worker_stores_no_answer_for_a_changed_image(tmp_path):
             assert row["ok"], row
     assert worker.store.keys().to_pylist() == ["k-kept"]  # nothing stored under the old hash from the new bytes
     assert [p.image.getpixel((0, 0)) for p in worker.engine.prompts] == [(255, 0, 0)]
+
+
+def test_a_stored_copy_damaged_on_disk_is_written_again_when_its_image_is_extracted(tmp_path, caplog):
+    """The API and benchmark loaders store images by content; a stored copy damaged since (same
+    name and size, other bytes) would be hashed anew at ingest and scored as other pixels."""
+    from pipeline.benchmarks.io import extract_image
+
+    folder = Folder(str(tmp_path / "images"))
+    uri = extract_image(folder, RED)
+    assert uri.endswith(f"{image_hash(RED)}.bmp")
+    open(uri, "wb").write(BLUE)  # the same size: nothing but the bytes tells
+    assert extract_image(folder, RED) == uri
+    assert open(uri, "rb").read() == RED and "writing it again" in caplog.text
+    assert load_image(uri, image_hash(RED)).getpixel((0, 0)) == (255, 0, 0)
+
+
+def test_the_cure_is_named_for_each_kind_of_image(tmp_path):
+    path = tmp_path / "user.bmp"
+    path.write_bytes(BLUE)
+    with pytest.raises(ImageError, match="touch the file, then run again .*retry_failed=true"):
+        load_image(str(path), image_hash(RED))
+    stored = tmp_path / "store" / "images" / image_hash(RED)[:2] / f"{image_hash(RED)}.bmp"
+    stored.parent.mkdir(parents=True)
+    stored.write_bytes(BLUE)
+    with pytest.raises(ImageError, match="store's copy was damaged on disk: `python jobs/store.py verify store=<store> repair=true`"):
+        load_image(str(stored), image_hash(RED))

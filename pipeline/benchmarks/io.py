@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import math
 import os
 import posixpath
@@ -30,6 +31,8 @@ from operators.hashing import image_hash
 from operators.schema import ITEMS, conform
 from pipeline.benchmarks.common import Problem
 from pipeline.store import TMP_PREFIX
+
+log = logging.getLogger(__name__)
 
 
 class BenchmarkFileError(RuntimeError):
@@ -167,6 +170,22 @@ class Folder:
         if not self.exists_now(path):
             self.write(path, data)
 
+    def write_content(self, path: str, data: bytes) -> None:
+        """Write content-named `data` unless the file already holds exactly these bytes. A copy
+        damaged on disk (the name, other bytes) is written again: a name whose bytes changed
+        would be hashed anew downstream and scored as other pixels."""
+        from pipeline.storage import retrying
+
+        try:
+            found = retrying(f"read {self.uri(path)}", lambda: self.fs.cat_file(path)) if self.exists_now(path) else None
+        except FileNotFoundError:
+            found = None
+        if found == data:
+            return
+        if found is not None:
+            log.warning("%s holds %d bytes that are not the image it is named after; writing it again", self.uri(path), len(found))
+        self.write(path, data)
+
     def write(self, path: str, data: bytes) -> None:
         """Write `data` (replacing the file if there is one); readers never see a partial file."""
         if not self.is_local:
@@ -234,10 +253,11 @@ def extract_image(folder: Folder, data: bytes | None, name_hint: str | None = No
     """Store embedded image bytes under `folder` by content hash and return the file's URI.
 
     Content addressing makes extraction idempotent and shared: the same image (across
-    reruns, or repeated in a release) is written once, at `<hh>/<hash>.<ext>`.
+    reruns, or repeated in a release) is stored once, at `<hh>/<hash>.<ext>`; a stored copy
+    damaged since is written again.
     """
     path, _ = content_address(folder, data, name_hint)
-    folder.write_once(path, data)
+    folder.write_content(path, data)
     return folder.uri(path)
 
 

@@ -387,7 +387,7 @@ class ViewWorker:
                 data = png_bytes(pixels)
                 digest = image_hash(data)
                 uri = view_image_url(self.store_url, digest)
-                if not st.exists(uri):
+                if not st.exists(uri) or st.read_bytes(uri) != data:  # absent, or a copy damaged since
                     st.write_bytes_atomic(uri, data)
                 out.append({"key": row["key"], "source_hash": h, "view": row["view"], "image_hash": digest, "image_uri": uri, "width": pixels.shape[1], "height": pixels.shape[0]})
             except Exception as exc:  # one bad source image fails its views only
