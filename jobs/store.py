@@ -9,8 +9,9 @@ hashes every content-named file under images/ (image packs and single images, ea
 hash of its bytes), and prints keys, parts, bytes and bad files per folder; exit code 1 when
 something is bad (with repair=true bad parts are moved to `_quarantine/`, and the next run
 computes their keys; missing or bad key indexes are written again; a bad image file is moved to
-a `_quarantine/` beside it: the next curation of a pack's shard writes the pack again). `gc` removes temporary files of killed writers
-older than min_age_s, quarantined parts and unreadable markers; parts are never removed.
+a `_quarantine/` beside it: the next curation of a pack's shard writes the pack again). `gc`
+removes temporary files of killed writers older than min_age_s, quarantined parts and images
+and unreadable markers; parts are never removed.
 `compact` merges small parts into big ones sorted by key and bucketed by key prefix, each with
 a key index (under each folder's lease; safe while runs write), so finding a night's keys
 reads the indexes and only the row groups that hold hits (docs/storage.md).
