@@ -126,6 +126,17 @@ def test_packs_on_s3_are_read_by_range(moto_s3):
     assert uri.startswith("s3://store/images/packs/")
     assert [read_image_bytes(pack.image_uri(uri, h)) for h in hashes] == [image_bytes(i) for i in range(3)]
 
+    # store verify on S3: the pack hashes to its name; an altered one is found and moved aside
+    from pipeline.store_admin import verify_images
+
+    assert (verify_images("s3://store").packs, verify_images("s3://store").bad) == (1, [])
+    data = bytearray(moto_s3.cat_file(uri))
+    data[600] ^= 0xFF
+    moto_s3.pipe_file(uri, bytes(data))
+    report = verify_images("s3://store", repair=True)
+    assert [b["path"] for b in report.bad] == [uri] and report.bad[0]["moved_to"].startswith("s3://store/images/packs/")
+    assert not moto_s3.exists(uri) and verify_images("s3://store").quarantined == 1
+
 
 # -- the pairs cache ---------------------------------------------------------------------------
 
