@@ -17,6 +17,9 @@ from pipeline.sweep import run_sweep
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = ["compute.rows_per_part=16", "compute.progress_bars=false", "bootstrap.n_resamples=50"]
+# For runs whose subject is answers and scores, not statistics (first_run computes them all):
+# the demo's correlation statistics cut to SRCC, a tenth of a small sweep's metaeval time.
+SRCC_ONLY = "benchmark_overrides.demo.protocol.statistics=[srcc]"
 
 pytestmark = pytest.mark.slow
 
@@ -74,7 +77,7 @@ def test_requests_are_deduplicated(first_run):
 
 def test_second_run_is_identical_and_a_rerun_sends_nothing(first_run, tmp_path):
     cfg, result = first_run
-    other = run_sweep(smoke(tmp_path))
+    other = run_sweep(smoke(tmp_path, SRCC_ONLY))
     assert sorted_scores(other.run_dir).equals(sorted_scores(result.run_dir))
     # the finished unit left a success marker, so the rerun skips it without listing the store
     assert len(list((Path(cfg.sweep.store) / "answers" / "smoke" / "_markers").glob("answers-*.json"))) == 1
@@ -94,7 +97,7 @@ def test_killed_sweep_resumes_without_resending_written_answers(ray_session, fir
         proc = subprocess.Popen(
             # Ray batches of 4 parts: a worker finishes the batch in its hands after the kill,
             # so with one batch for the whole stage there would be nothing left to resume
-            [sys.executable, "jobs/sweep.py", f"root={tmp_path}", *SMOKE, "compute.num_cpus=2", "compute.rows_per_batch=64"],
+            [sys.executable, "jobs/sweep.py", f"root={tmp_path}", *SMOKE, SRCC_ONLY, "compute.num_cpus=2", "compute.rows_per_batch=64"],
             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         kill_when(proc, lambda: len(list(answers_dir.glob("part-*.parquet"))) >= 3, log_path)
@@ -104,7 +107,7 @@ def test_killed_sweep_resumes_without_resending_written_answers(ray_session, fir
     (ref_answers,) = [r for r in reference.reports if r.stage == "answers"]
     assert 0 < len(written) < ref_answers.needed, "the kill must land in the middle of the answers stage"
 
-    resumed = run_sweep(smoke(tmp_path))
+    resumed = run_sweep(smoke(tmp_path, SRCC_ONLY))
     (answers,) = [r for r in resumed.reports if r.stage == "answers"]
     assert answers.cached == len(written)
     assert answers.sent == answers.needed - len(written)  # nothing already written is asked again
