@@ -15,15 +15,12 @@ is written once. Each image's URI is the pack's URI plus its byte range,
 from __future__ import annotations
 
 import io
-import logging
 import tarfile
 
 from operators.hashing import digest, image_hash
 from operators.images import byte_range_uri, pack_path
 from pipeline.benchmarks.io import BadRecord, Folder, image_extension
-from pipeline.storage import retrying
 
-log = logging.getLogger(__name__)
 
 class ImagePack:
     """The embedded images of one shard, added one by one, written as one tar."""
@@ -52,16 +49,8 @@ class ImagePack:
         hash to its name: a truncated or altered one is written again); returns its URI."""
         self._buffer.write(bytes(2 * tarfile.BLOCKSIZE))  # the end-of-archive marker
         data = self._buffer.getvalue()
-        name = digest(data)  # named by its bytes: a pack found under this name holds these offsets
-        path = pack_path(images.path, name)
-        try:
-            found = retrying(f"read {images.uri(path)}", lambda: images.fs.cat_file(path))
-        except FileNotFoundError:
-            found = None
-        if found is None or digest(found) != name:
-            if found is not None:  # truncated or altered since it was written: the shard is here, repair it
-                log.warning("image pack %s is damaged (%d bytes that do not hash to its name); writing it again", images.uri(path), len(found))
-            images.write(path, data)
+        path = pack_path(images.path, digest(data))  # named by its bytes: a pack found under this name holds these offsets
+        images.write_content(path, data)  # a copy truncated or altered since is written again: the shard is here
         return images.uri(path)
 
     def image_uri(self, pack_uri: str, h: str) -> str:

@@ -171,19 +171,20 @@ class Folder:
             self.write(path, data)
 
     def write_content(self, path: str, data: bytes) -> None:
-        """Write content-named `data` unless the file already holds exactly these bytes. A copy
-        damaged on disk (the name, other bytes) is written again: a name whose bytes changed
-        would be hashed anew downstream and scored as other pixels."""
+        """Write content-named `data` (an image, an image pack) unless the file already holds
+        exactly these bytes. A copy damaged on disk (the name, other bytes: truncated or altered)
+        is written again: a name whose bytes changed would be hashed anew downstream and scored
+        as other pixels, or point readers at the wrong offsets."""
         from pipeline.storage import retrying
 
         try:
-            found = retrying(f"read {self.uri(path)}", lambda: self.fs.cat_file(path)) if self.exists_now(path) else None
+            found = retrying(f"read {self.uri(path)}", lambda: self.fs.cat_file(path))
         except FileNotFoundError:
             found = None
         if found == data:
             return
         if found is not None:
-            log.warning("%s holds %d bytes that are not the image it is named after; writing it again", self.uri(path), len(found))
+            log.warning("%s is damaged (%d bytes that are not the content it is named after); writing it again", self.uri(path), len(found))
         self.write(path, data)
 
     def write(self, path: str, data: bytes) -> None:
