@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 _SEP = b"\x1f"
 _OWN_IMAGE_HASH = re.compile("[0-9a-f]{32}")
@@ -17,6 +17,14 @@ _NONE = b"\x00"
 
 def digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def digest_chunks(chunks: Iterable[bytes]) -> str:
+    """`digest` of the chunks' concatenation, never holding it whole (a pack can be gigabytes)."""
+    h = hashlib.blake2b(digest_size=16)
+    for chunk in chunks:
+        h.update(chunk)
+    return h.hexdigest()
 
 
 def image_hash(data: bytes) -> str:

@@ -19,7 +19,6 @@ all of them, e.g. after a disk or bucket incident, and says what it found.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import posixpath
@@ -32,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from operators import schema
+from operators.hashing import digest_chunks
 from operators.images import PACKS
 from pipeline.key_index import SUFFIX
 from pipeline.storage import retrying
@@ -232,16 +232,12 @@ def verify_images(root: str, *, repair: bool = False, threads: int = 8) -> Image
             report.quarantined += posixpath.basename(posixpath.dirname(path)) == QUARANTINE
 
     def check(path: str, name: str) -> str | None:
-        h = hashlib.blake2b(digest_size=16)  # operators.hashing.digest, streamed
-        size = 0
         try:
             with fs.open(path, "rb") as f:
-                while chunk := f.read(_HASH_CHUNK):
-                    h.update(chunk)
-                    size += len(chunk)
+                found_hash = digest_chunks(iter(lambda: f.read(_HASH_CHUNK), b""))
+                size = f.tell()
         except FileNotFoundError:
             return "removed while it was being checked"
-        found_hash = h.hexdigest()
         return None if found_hash == name else f"{size} bytes that hash to {found_hash}, not to its name"
 
     with ThreadPoolExecutor(max(1, threads)) as pool:  # hashing large buffers frees the GIL; object stores answer slowly
