@@ -5,9 +5,7 @@ URI later. An answer computed from other bytes would be stored under the old has
 and served to every later run, so the workers check the bytes they read against the hash.
 """
 import io
-from types import SimpleNamespace
 
-import numpy as np
 import pyarrow as pa
 import pytest
 from PIL import Image
@@ -67,19 +65,22 @@ def test_an_image_overwritten_inside_its_pack_is_an_error(tmp_path):
     assert load_image(pack.image_uri(url, hashes[1]), hashes[1]).getpixel((0, 0)) == (0, 255, 0)
 
 
-class RecordingEngine:
-    def __init__(self):
-        self.prompts = []
+class Recording:
+    """The worker's own engine, with the prompts it was given kept."""
+
+    def __init__(self, engine):
+        self.engine, self.prompts = engine, []
 
     def score_yes_no(self, prompts):
         self.prompts += prompts
-        return np.array([[-0.2, -1.8]] * len(prompts))
+        return self.engine.score_yes_no(prompts)
 
 
 def test_the_answer_worker_stores_no_answer_for_a_changed_image(tmp_path):
-    """The real worker (its loader, prefetch and part writes) around a recording engine."""
-    from pipeline.stages.engine_stage import PART, AnswerWorker, PartSink, PartWriter
-    from pipeline.store import PartStore
+    """The real worker, built as a Ray actor builds it (its loader, prefetch and part writes),
+    with the zero-cost engine."""
+    from pipeline.config import load_config
+    from pipeline.stages.engine_stage import PART, AnswerWorker, PartWriter
 
     changed, kept = tmp_path / "changed.bmp", tmp_path / "kept.bmp"
     changed.write_bytes(RED)
@@ -88,15 +89,13 @@ def test_the_answer_worker_stores_no_answer_for_a_changed_image(tmp_path):
     changed.write_bytes(BLUE)
     # one hash, two files (as when one image sits under two paths): each request reads its own URI
     requests = schema.conform(pa.Table.from_pylist([
-        {"key": key, "backbone": "b", "kind": "image", "prompt_id": "v1:x", "image_hash": h, "image_uri": str(path), "caption": None, "text": "Is it red?"}
+        {"key": key, "backbone": "zero-cost", "kind": "image", "prompt_id": "v1:x", "image_hash": h, "image_uri": str(path), "caption": None, "text": "Is it red?"}
         for key, path in (("k-changed", changed), ("k-kept", kept))
     ]), schema.REQUESTS)
-    worker = AnswerWorker.__new__(AnswerWorker)
-    worker.engine, worker.templates, worker.backbone = RecordingEngine(), TEMPLATES, SimpleNamespace(system_prompt=None)
-    worker.store = PartStore(str(tmp_path / "answers"), schema.ANSWERS)
-    worker.parts, worker.load_image = PartSink(worker.store), load_image
-    writer = PartWriter.__new__(PartWriter)
-    writer.worker, writer.row_schema = worker, None
+    cfg = load_config([f"root={tmp_path}", "backbones=[zero-cost]"])
+    writer = PartWriter(AnswerWorker, {"backbone": cfg.backbones["zero-cost"], "templates": TEMPLATES, "store_url": str(tmp_path / "answers")})
+    worker = writer.worker
+    worker.engine = Recording(worker.engine)
     for i in range(2):  # one part per request: each reads its own file
         status = writer(requests.slice(i, 1).append_column(PART, pa.array([0], pa.int32())))
         (row,) = status.to_pylist()
