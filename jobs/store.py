@@ -1,7 +1,7 @@
 """Check or clean a store (the answer and generation cache of every run):
 
     python jobs/store.py verify store=<store dir or s3://...> [repair=true]
-    python jobs/store.py gc store=<store dir or s3://...> [min_age_s=3600] [dry_run=true]
+    python jobs/store.py gc store=<store dir or s3://...> [min_age_s=3600] [dry_run=true] [gone_shards=true]
     python jobs/store.py compact store=<store dir or s3://...> [target_rows=1048576] [small_rows=65536]
 
 `verify` reads every part and marker, checks each compacted part's key index against the part,
@@ -11,7 +11,10 @@ something is bad (with repair=true bad parts are moved to `_quarantine/`, and th
 computes their keys; missing or bad key indexes are written again; a bad image file is moved to
 a `_quarantine/` beside it: the next curation of a pack's shard writes the pack again). `gc`
 removes temporary files of killed writers older than min_age_s, quarantined parts and images
-and unreadable markers; parts are never removed.
+and unreadable markers; parts are never removed. With gone_shards=true it also removes the
+pairs-cache entries of input shards that are gone or changed, and the image packs that no other
+entry points into and that are older than min_age_s (pipeline/store_prune.py; past runs' links
+into a removed pack then show no image).
 `compact` merges small parts into big ones sorted by key and bucketed by key prefix, each with
 a key index (under each folder's lease; safe while runs write), so finding a night's keys
 reads the indexes and only the row groups that hold hits (docs/storage.md).
@@ -27,24 +30,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runnable from
 from pipeline.cli import guarded  # noqa: E402
 from pipeline.store import COMPACT_SMALL_ROWS, COMPACT_TARGET_ROWS  # noqa: E402
 from pipeline.store_admin import GC_MIN_AGE_S, compact, gc, verify, verify_images  # noqa: E402
+from pipeline.store_prune import prune_gone_shards  # noqa: E402
 
 USAGE = ("usage: python jobs/store.py verify|gc|compact store=<dir or s3://...> [repair=true] [min_age_s=N] [dry_run=true] "
-         "[target_rows=N] [small_rows=N]")
+         "[gone_shards=true] [target_rows=N] [small_rows=N]")
 _BOOL = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
 
 
 def parse_args(argv: list[str]) -> dict:
     if not argv or argv[0] not in ("verify", "gc", "compact"):
         raise ValueError("the first argument must be verify, gc or compact")
-    args: dict = {"command": argv[0], "repair": False, "dry_run": False, "min_age_s": GC_MIN_AGE_S,
+    args: dict = {"command": argv[0], "repair": False, "dry_run": False, "gone_shards": False, "min_age_s": GC_MIN_AGE_S,
                   "target_rows": COMPACT_TARGET_ROWS, "small_rows": COMPACT_SMALL_ROWS}
-    allowed = {"verify": ("store", "repair"), "gc": ("store", "min_age_s", "dry_run"),
+    allowed = {"verify": ("store", "repair"), "gc": ("store", "min_age_s", "dry_run", "gone_shards"),
                "compact": ("store", "target_rows", "small_rows")}[argv[0]]
     for arg in argv[1:]:
         key, sep, value = arg.partition("=")
         if not sep or key not in allowed:
             raise ValueError(f"unexpected argument {arg!r} for {argv[0]}")
-        if key in ("repair", "dry_run"):
+        if key in ("repair", "dry_run", "gone_shards"):
             if value.lower() not in _BOOL:
                 raise ValueError(f"{key} must be true or false, got {value!r}")
             args[key] = _BOOL[value.lower()]
@@ -86,6 +90,14 @@ def main(argv: list[str]) -> int:
         for path in removed:
             print(("would remove " if args["dry_run"] else "removed ") + path)
         print(f"{len(removed)} files {'to remove' if args['dry_run'] else 'removed'}")
+        if args["gone_shards"]:
+            pruned = prune_gone_shards(args["store"], min_age_s=args["min_age_s"], dry_run=args["dry_run"])
+            verb = "would remove " if args["dry_run"] else "removed "
+            for dead in pruned.dead:
+                print(f"{verb}{dead['path']} (pairs-cache entry: {dead['reason']})")
+            for orphan in pruned.orphans:
+                print(f"{verb}{orphan['path']} (image pack no live entry points into, {orphan['bytes']} bytes)")
+            print(pruned.line())
         return 0
     reports = verify(args["store"], repair=args["repair"])
     images = verify_images(args["store"], repair=args["repair"])

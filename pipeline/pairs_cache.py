@@ -8,6 +8,10 @@ version being the same ETag, mtime or content hash that tells the manifest a sha
 plus every reading option. An entry is used only if the packs its rows point into still exist
 and hold every range they name; anything unreadable is a miss, never an error: the shard is read
 again (and a damaged pack written again, see pipeline.image_packs).
+
+Each entry records, in its Parquet footer, the shard it was read from and the packs its rows
+point into, so `pipeline.store_prune` can tell entries of shards that are gone or changed (never
+used again) and packs that only they pointed into, without reading their rows.
 """
 from __future__ import annotations
 
@@ -28,6 +32,8 @@ from pipeline.storage import retrying
 log = logging.getLogger(__name__)
 
 FORMAT = 1  # bump when PAIRS rows of the same shard would come out differently
+SHARD_META = b"depict.shard"  # footer key: the shard an entry was read from (uri, size, version, format)
+PACKS_META = b"depict.packs"  # footer key: the packs its rows point into
 
 
 @dataclass(frozen=True)
@@ -73,7 +79,12 @@ class PairsCache:
         """Keep a shard's rows, unless the shard could not be read at all (retried next run)."""
         if "unreadable_shard" in table.column("reason").to_pylist():
             return
-        st.write_table(self._url(shard), table.cast(PAIRS))
+        table = table.cast(PAIRS)
+        recorded = {
+            SHARD_META: json.dumps({"uri": shard.uri, "size": shard.size, "version": shard.version, "format": shard.format}),
+            PACKS_META: json.dumps(sorted(packs_of(table.column("image_uri")))),
+        }
+        st.write_table(self._url(shard), table.replace_schema_metadata(recorded))
 
     def row_count(self, shard: Shard) -> int | None:
         """The shard's input rows, from the entry's footer (window planning), or None."""
@@ -83,6 +94,28 @@ class PairsCache:
                 return pq.ParquetFile(f).metadata.num_rows
         except Exception:  # noqa: BLE001 - no usable entry: the caller counts the shard itself
             return None
+
+
+def packs_of(image_uris) -> set[str]:
+    """The pack URLs that image URIs (an Arrow column) point into."""
+    packs = set()
+    for uri in image_uris.drop_null().unique().to_pylist():
+        pack, offset, _ = split_byte_range(uri)
+        if offset is not None:
+            packs.add(pack)
+    return packs
+
+
+def recorded(fs, path: str) -> tuple[Shard | None, set[str]]:
+    """(the shard an entry was read from, the pack URLs its rows point into). The shard is None
+    for an entry written before entries recorded it; its packs are then read from its rows.
+    Raises what reading the file raises (a damaged entry)."""
+    with fs.open(path, "rb") as f:
+        entry = pq.ParquetFile(f)
+        meta = entry.schema_arrow.metadata or {}
+        if SHARD_META in meta and PACKS_META in meta:
+            return Shard(**json.loads(meta[SHARD_META])), set(json.loads(meta[PACKS_META]))
+        return None, packs_of(entry.read(columns=["image_uri"]).column("image_uri"))
 
 
 def _size(url: str) -> int | None:

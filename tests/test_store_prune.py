@@ -1,0 +1,151 @@
+"""`store gc gone_shards=true`: the pairs-cache entries of input shards that are gone or
+changed, and the image packs only they pointed into, are removed; everything a live shard
+still uses is kept, and a shard that comes back is read and packed again."""
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from curation_shards import image_bytes, pair_rows, tar_samples, write_parquet, write_tar
+
+from operators.images import read_image_bytes, split_byte_range
+from pipeline import store_prune
+from pipeline.benchmarks.io import Folder
+from pipeline.curation import load_curation_config, pairs_cache, read_pairs
+from pipeline.image_packs import ImagePack
+from pipeline.pairs_cache import PAIRS, PairsCache, recorded
+from pipeline.shards import discover
+from pipeline.store_prune import prune_gone_shards
+
+HOUR = 3600.0
+
+
+def _config(root):
+    return load_curation_config(["curation=smoke", "compute.progress_bars=false", f"root={root}", f"inputs=[{root}/in/]"])
+
+
+def _pack(pairs, shard_id: str) -> str:
+    (uri,) = {u.split("#bytes=")[0] for u, s in zip(pairs["image_uri"], pairs["shard_id"], strict=True) if s == shard_id}
+    return uri
+
+
+def _age(paths, seconds: float) -> None:
+    then = time.time() - seconds
+    for path in paths:
+        os.utime(path, (then, then))
+
+
+def test_entries_of_gone_or_changed_shards_and_the_packs_only_they_used_are_removed(tmp_path, ray_session, capsys):
+    store_job = importlib.import_module("jobs.store")
+    inputs = tmp_path / "in"
+    a = write_parquet(inputs / "a.parquet", pair_rows(range(3)))
+    b = write_tar(inputs / "b.tar", tar_samples([3, 4]))
+    write_parquet(inputs / "c.parquet", pair_rows(range(5, 7)))
+    d = inputs / "d.parquet"
+    shutil.copy(a, d)  # the same images as a: one pack for both
+    cfg = _config(tmp_path)
+    cache = pairs_cache(cfg.sweep)
+    store = str(tmp_path / "store")
+    shards = {os.path.basename(s.uri): s for s in discover([str(inputs)])}
+    first = read_pairs(list(shards.values()), cfg)
+    packs = {name: _pack(first, s.shard_id) for name, s in shards.items()}
+    assert packs["a.parquet"] == packs["d.parquet"] and len(set(packs.values())) == 3
+    entry = {name: tmp_path / "store" / "shard_pairs" / cache.key(s)[:2] / f"{cache.key(s)}.parquet" for name, s in shards.items()}
+    import fsspec
+
+    local = fsspec.filesystem("file")
+    assert recorded(local, str(entry["b.tar"])) == (shards["b.tar"], {packs["b.tar"]})
+
+    # c's entry as an older version wrote it: no record of its shard (kept, and so is its pack)
+    table = pq.read_table(entry["c.parquet"])
+    pq.write_table(table.replace_schema_metadata(None), entry["c.parquet"])
+    assert recorded(local, str(entry["c.parquet"]))[0] is None
+    # a damaged entry: runs never use it
+    damaged = tmp_path / "store" / "shard_pairs" / "ff" / ("f" * 32 + ".parquet")
+    damaged.parent.mkdir(parents=True, exist_ok=True)
+    damaged.write_bytes(b"PAR1 not really")
+
+    os.remove(a)  # gone; its pack is still d's
+    write_tar(b, tar_samples([3, 4, 8]))  # changed: its old pack is nobody's now
+    os.utime(b, ns=(time.time_ns(), time.time_ns() + 10**9))
+    young = ImagePack()  # an orphan written just now, as a running curation's window would
+    young.add(image_bytes(99))
+    young_uri = young.write(Folder(f"{store}/images"))
+    _age([p for p in packs.values()], 2 * HOUR)
+
+    dry = prune_gone_shards(store, min_age_s=HOUR, dry_run=True)
+    assert (dry.entries, dry.packs, dry.unrecorded, dry.young) == (5, 4, 1, 1)
+    assert sorted(os.path.basename(x["path"]) for x in dry.dead) == sorted([entry["a.parquet"].name, entry["b.tar"].name, damaged.name])
+    reasons = " | ".join(x["reason"] for x in dry.dead)
+    assert f"{shards['a.parquet'].uri} is gone" in reasons and f"{shards['b.tar'].uri} changed" in reasons and "unreadable" in reasons
+    assert [x["path"] for x in dry.orphans] == [packs["b.tar"]] and dry.freed_bytes == os.path.getsize(packs["b.tar"])
+    assert entry["a.parquet"].exists() and os.path.exists(packs["b.tar"])  # a dry run removes nothing
+
+    assert store_job.main(["gc", f"store={store}", f"min_age_s={HOUR}", "gone_shards=true"]) == 0
+    out = capsys.readouterr().out
+    assert f"removed {packs['b.tar']} (image pack no live entry points into" in out
+    assert f"(pairs-cache entry: its shard {shards['a.parquet'].uri} is gone)" in out
+    assert "3 of shards gone or changed removed, 1 written before entries recorded their shard (kept)" in out
+    assert not entry["a.parquet"].exists() and not entry["b.tar"].exists() and not damaged.exists()
+    assert not os.path.exists(packs["b.tar"])
+    for kept in (packs["a.parquet"], packs["c.parquet"], young_uri):
+        assert os.path.exists(kept)
+    assert cache.get(shards["d.parquet"]) is not None and cache.get(shards["c.parquet"]) is not None
+
+    now = {os.path.basename(s.uri): s for s in discover([str(inputs)])}
+    again = read_pairs(list(now.values()), cfg)  # b read again; c and d from the cache
+    assert again.height == 3 + 2 + 3
+    assert [read_image_bytes(u) for u in again["image_uri"]] == [image_bytes(i) for i in [3, 4, 8, 5, 6, 0, 1, 2]]
+    after = prune_gone_shards(store, min_age_s=0)
+    assert after.dead == [] and [os.path.basename(x["path"]) for x in after.orphans] == [os.path.basename(young_uri)]
+
+
+def test_a_shard_that_cannot_be_checked_removes_nothing(tmp_path, ray_session, monkeypatch):
+    write_parquet(tmp_path / "in" / "a.parquet", pair_rows(range(2)))
+    cfg = _config(tmp_path)
+    (shard,) = discover([str(tmp_path / "in")])
+    pairs = read_pairs([shard], cfg)
+    os.remove(shard.uri)
+    pack = pairs["image_uri"][0].split("#bytes=")[0]
+
+    def unreachable(shard, detect_changes="stat"):
+        raise PermissionError(f"{shard.uri}: access denied")
+
+    monkeypatch.setattr(store_prune, "current_version", unreachable)
+    with pytest.raises(PermissionError, match="access denied"):
+        prune_gone_shards(str(tmp_path / "store"), min_age_s=0)
+    assert pairs_cache(cfg.sweep).get(shard) is not None and os.path.exists(pack)
+
+
+def test_gone_shards_on_s3(moto_s3):
+    """Entries and packs on S3, shards versioned by ETag."""
+    moto_s3.mkdir("store")
+    moto_s3.mkdir("incoming")
+    cache = PairsCache("s3://store/shard_pairs", {})
+    uris = {}
+    for name, indices in (("kept", [0, 1]), ("gone", [2, 3])):
+        pack = ImagePack()
+        hashes = [pack.add(image_bytes(i)) for i in indices]
+        pack_uri = pack.write(Folder("s3://store/images"))
+        moto_s3.pipe_file(f"incoming/{name}.parquet", name.encode())
+        (shard,) = discover([f"s3://incoming/{name}.parquet"])
+        assert shard.version.startswith("etag:")
+        rows = pa.table({
+            "shard_id": [shard.shard_id] * 2, "row": [0, 1],
+            "image_uri": [pack.image_uri(pack_uri, h) for h in hashes], "image_hash": hashes,
+            "caption": ["a", "b"], "field": [None, None], "reason": [None, None], "detail": [None, None],
+        })
+        cache.put(shard, rows.select(PAIRS.names).cast(PAIRS))
+        uris[name] = (shard, pack_uri)
+    moto_s3.rm("incoming/gone.parquet")
+    report = prune_gone_shards("s3://store", min_age_s=0)
+    assert [x["reason"] for x in report.dead] == [f"its shard {uris['gone'][0].uri} is gone"]
+    assert [x["path"] for x in report.orphans] == [uris["gone"][1]]
+    assert not moto_s3.exists(uris["gone"][1]) and moto_s3.exists(uris["kept"][1])
+    assert cache.get(uris["kept"][0]) is not None and cache.get(uris["gone"][0]) is None
+    assert split_byte_range(cache.get(uris["kept"][0]).column("image_uri")[0].as_py())[0] == uris["kept"][1]
