@@ -340,10 +340,11 @@ def _score_new_shards(cfg: ResolvedConfig, lease: Lease) -> CurationResult:
     with clock("discover"):
         manifest = Manifest.load(c.output)
         found = discover(c.inputs, c.detect_changes)
-        todo = [s for s in found if not manifest.is_current(s, fingerprint) or (c.retry_failed and manifest.failed_rows(s))]
+        # processed before, but with failed rows: done, unless retry_failed asks for them again
+        failed = {s.uri for s in found if manifest.is_current(s, fingerprint) and manifest.failed_rows(s)}
+        todo = [s for s in found if not manifest.is_current(s, fingerprint) or (c.retry_failed and s.uri in failed)]
     result.unchanged = len(found) - len(todo)
-    if not c.retry_failed:
-        result.skipped_with_failures = sum(1 for s in found if manifest.is_current(s, fingerprint) and manifest.failed_rows(s))
+    result.skipped_with_failures = 0 if c.retry_failed else len(failed)
     _warn_other_rules(manifest, rule)
     if not todo:
         log.info("curation %s: %d shard(s), none new or changed: nothing to do", c.name, len(found))
