@@ -22,6 +22,7 @@ See docs/troubleshooting.md.
 """
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -30,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runnable from
 from pipeline.cli import guarded  # noqa: E402
 from pipeline.store import COMPACT_SMALL_ROWS, COMPACT_TARGET_ROWS  # noqa: E402
 from pipeline.store_admin import GC_MIN_AGE_S, compact, gc, verify, verify_images  # noqa: E402
-from pipeline.store_prune import prune_gone_shards  # noqa: E402
+from pipeline.store_prune import PruneError, prune_gone_shards  # noqa: E402
 
 USAGE = ("usage: python jobs/store.py verify|gc|compact store=<dir or s3://...> [repair=true] [min_age_s=N] [dry_run=true] "
          "[gone_shards=true] [target_rows=N] [small_rows=N]")
@@ -57,6 +58,8 @@ def parse_args(argv: list[str]) -> dict:
                 args[key] = float(value)
             except ValueError:
                 raise ValueError(f"min_age_s must be a number of seconds, got {value!r}") from None
+            if not math.isfinite(args[key]):  # nan compares false with every age: it would act as 0
+                raise ValueError(f"min_age_s must be a finite number of seconds, got {value!r}")
             if args[key] < 0:
                 raise ValueError(f"min_age_s must be >= 0, got {value!r}")
         elif key in ("target_rows", "small_rows"):
@@ -86,18 +89,22 @@ def main(argv: list[str]) -> int:
                   f"{s['dropped_duplicates']} duplicate rows dropped, {s['indexes_written']} key indexes written for kept parts")
         return 0
     if args["command"] == "gc":
-        removed = gc(args["store"], min_age_s=args["min_age_s"], dry_run=args["dry_run"])
-        for path in removed:
-            print(("would remove " if args["dry_run"] else "removed ") + path)
-        print(f"{len(removed)} files {'to remove' if args['dry_run'] else 'removed'}")
-        if args["gone_shards"]:
-            pruned = prune_gone_shards(args["store"], min_age_s=args["min_age_s"], dry_run=args["dry_run"])
-            verb = "would remove " if args["dry_run"] else "removed "
+        verb = "would remove " if args["dry_run"] else "removed "
+        if args["gone_shards"]:  # first: if a shard cannot be checked, nothing at all is removed
+            try:
+                pruned = prune_gone_shards(args["store"], min_age_s=args["min_age_s"], dry_run=args["dry_run"])
+            except PruneError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 1
             for dead in pruned.dead:
                 print(f"{verb}{dead['path']} (pairs-cache entry: {dead['reason']})")
             for orphan in pruned.orphans:
                 print(f"{verb}{orphan['path']} (image pack no live entry points into, {orphan['bytes']} bytes)")
             print(pruned.line())
+        removed = gc(args["store"], min_age_s=args["min_age_s"], dry_run=args["dry_run"])
+        for path in removed:
+            print(verb + path)
+        print(f"{len(removed)} files {'to remove' if args['dry_run'] else 'removed'}")
         return 0
     reports = verify(args["store"], repair=args["repair"])
     images = verify_images(args["store"], repair=args["repair"])

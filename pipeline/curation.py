@@ -67,6 +67,7 @@ from pipeline.stages.answers import answer_store
 from pipeline.stages.engine_stage import StageReport
 from pipeline.stages.questions import generation_store
 from pipeline.store_admin import compact_between_windows
+from pipeline.store_prune import reading_packs
 
 log = logging.getLogger(__name__)
 
@@ -327,7 +328,9 @@ def run_curation(cfg: ResolvedConfig) -> CurationResult:
     with output_lease(c) as lease:
         if c.decide_only:
             return decide(cfg, lease)
-        return _score_new_shards(cfg, lease)
+        # while this runs, `store gc gone_shards=true` removes no image pack it may be using
+        with reading_packs(c.store, f"curation {c.name} ({c.output})", c.lease.ttl_s):
+            return _score_new_shards(cfg, lease)
 
 
 def _score_new_shards(cfg: ResolvedConfig, lease: Lease) -> CurationResult:

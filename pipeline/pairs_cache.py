@@ -73,6 +73,8 @@ class PairsCache:
                 what = "is gone" if size is None else f"holds {size} bytes, its images reach byte {end}"
                 log.warning("pairs cache: image pack %s %s; reading %s again", pack, what, shard.uri)
                 return None
+        if SHARD_META not in (table.schema.metadata or {}):  # written before entries recorded their shard
+            self.put(shard, table)  # recorded now, so `store gc gone_shards=true` can judge it
         return table
 
     def put(self, shard: Shard, table: pa.Table) -> None:

@@ -12,30 +12,45 @@ demand (`python jobs/store.py gc store=... gone_shards=true`).
   versioned by content hash (`detect_changes=content`) is not read again here: with the same
   size it counts as unchanged. An entry that cannot be read is dead too: a run treats it as
   a miss and never uses it. Entries written before entries recorded their shard are kept.
-- A pack is removed when no live entry points into it and it is older than `min_age_s`: a
-  running curation writes a window's packs before it records their entries.
-- Outputs of past runs that point into a removed pack (error rows, the explorer) then show no
-  image: the pack was the store's copy, and the shard it came from is gone. A shard that comes
-  back is read again and its pack written again, under the same name.
+- A pack is removed when no live entry points into it, it is older than `min_age_s`, and no
+  curation is running on the store. Each curation holds a reader's lease in
+  `shard_pairs/_readers/` while it runs (`reading_packs`): a running one may be writing
+  packs whose entries it records later (a pack whose bytes were stored before keeps its old
+  mtime), or scoring rows that point into a pack whose shard was deleted meanwhile. A reader
+  killed without releasing its lease stops counting when the lease expires (or at once, when
+  its process is known dead); gc then removes the lease file.
+- Outputs of past runs that point into a removed pack (error rows) then show no image: the
+  pack was the store's copy of a shard that is gone or has changed. A shard that comes back
+  unchanged is read again and its pack written again, under the same name.
 
 Everything is decided before anything is removed, so an error (a shard that cannot be checked,
 a listing that fails) removes nothing.
 """
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 import time
+import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 
+from fsspec.core import url_to_fs
+
 from operators.images import PACKS
+from pipeline.config import join_url
+from pipeline.lease import LEASE_FILE, Lease
 from pipeline.pairs_cache import recorded
-from pipeline.shards import Shard, ShardError, current_version
+from pipeline.shards import Shard, _version
 from pipeline.storage import retrying
+from pipeline.store import _is_local
 from pipeline.store_admin import GC_MIN_AGE_S, IMAGES, _age_s, _files, _url
 
 PAIRS_FOLDER = "shard_pairs"
+READERS = "_readers"  # under PAIRS_FOLDER: one lease folder per running curation
 _ENTRY = re.compile(rf"^{PAIRS_FOLDER}/[0-9a-f]{{2}}/[0-9a-f]{{32}}\.parquet$")
 _PACK = re.compile(rf"^{IMAGES}/{PACKS}/[0-9a-f]{{2}}/[0-9a-f]{{32}}\.tar$")
 
@@ -52,31 +67,86 @@ class PruneReport:
     packs: int = 0  # packs looked at
     orphans: list[dict] = field(default_factory=list)  # {path, bytes}: no live entry points into them
     young: int = 0  # orphaned packs newer than min_age_s: kept (a running curation may record them)
+    readers: list[str] = field(default_factory=list)  # running curations: while any runs, no pack is removed
+    curated: bool = True  # whether the store holds a pairs cache or packs at all (a wrong store= holds neither)
 
     @property
     def freed_bytes(self) -> int:
         return sum(o["bytes"] for o in self.orphans)
 
     def line(self) -> str:
+        if not self.curated:
+            return (f"{self.url}: no pairs cache ({PAIRS_FOLDER}/) and no image packs: nothing was curated into this store "
+                    "(is store= the store folder, e.g. <root>/store?)")
         verb = "to remove" if self.dry_run else "removed"
         kept = f", {self.unrecorded} written before entries recorded their shard (kept)" if self.unrecorded else ""
         young = f", {self.young} newer than min_age_s (kept)" if self.young else ""
-        return (f"{self.url}: {self.entries} pairs-cache entries, {len(self.dead)} of shards gone or changed {verb}{kept}; "
-                f"{self.packs} image packs, {len(self.orphans)} that no live entry points into {verb} "
-                f"({self.freed_bytes} bytes){young}")
+        line = (f"{self.url}: {self.entries} pairs-cache entries, {len(self.dead)} dead (shard gone or changed, or unreadable) {verb}{kept}; "
+                f"{self.packs} image packs, {len(self.orphans)} that no live entry points into {verb} ({self.freed_bytes} bytes){young}")
+        if self.readers:
+            line += (f"; no pack removed: {len(self.readers)} curation(s) running on this store ("
+                     + "; ".join(self.readers) + "), run gc again when they end")
+        return line
 
 
 def shard_state(shard: Shard) -> str | None:
-    """Why an entry of `shard` can never be used again, or None."""
+    """Why an entry of `shard` can never be used again, or None. Only "not found" means gone:
+    any other error checking it is raised (and stops gc with nothing removed)."""
+    fs, path = url_to_fs(shard.uri)
+    fs.invalidate_cache(path)
     try:
-        size, version = current_version(shard, "stat")
-    except ShardError:
+        info = retrying(f"check {shard.uri}", lambda: fs.info(path))
+    except FileNotFoundError:
         return f"its shard {shard.uri} is gone"
+    size = int(info["size"])
     if size != shard.size:
         return f"its shard {shard.uri} changed ({size} bytes, read at {shard.size})"
-    if not shard.version.startswith("blake2b:") and version != shard.version:
+    if shard.version.startswith("blake2b:"):  # detect_changes=content: not read again here
+        return None
+    version = _version(fs, path, info, "stat")
+    if version != shard.version:
         return f"its shard {shard.uri} changed ({version}, read at {shard.version})"
     return None
+
+
+@contextmanager
+def reading_packs(store: str, what: str, ttl_s: float = 600.0) -> Iterator[Lease]:
+    """`with reading_packs(store, "curation nightly"):` a reader's lease, held while a curation
+    runs, so that gc removes no pack under it (its own folder: readers never contend)."""
+    lease = Lease(join_url(store, PAIRS_FOLDER, READERS, uuid.uuid4().hex), what=what, ttl_s=ttl_s)
+    with lease:
+        yield lease
+    if lease.local:  # the lease file is gone; its folder too
+        with suppress(OSError):
+            os.rmdir(posixpath.dirname(lease.path))
+
+
+class PruneError(RuntimeError):
+    """A shard could not be checked: nothing was removed."""
+
+
+def live_readers(root: str, *, clean: bool = False) -> list[str]:
+    """The running curations' reader leases, described; with `clean`, the lease files of
+    readers that ended without releasing them (expired, or their process is gone) are removed."""
+    fs, path = url_to_fs(join_url(root, PAIRS_FOLDER, READERS))
+    fs.invalidate_cache(path)
+    found = retrying(f"list {root} readers", lambda: fs.glob(posixpath.join(path, "*", LEASE_FILE)))
+    now, live = time.time(), []
+    for lease_path in sorted(found):
+        folder = posixpath.dirname(lease_path)
+        lease = Lease(fs.unstrip_protocol(folder) if not _is_local(fs) else folder, what="gc")
+        current = lease.read()
+        if current is None:
+            continue
+        info, _ = current
+        if info.expires_at > now and not info.holder_is_gone():
+            live.append(info.describe(now))
+        elif clean:
+            try:
+                retrying(f"remove {lease_path}", lambda p=lease_path: fs.rm(p))
+            except FileNotFoundError:
+                pass
+    return live
 
 
 def prune_gone_shards(root: str, *, min_age_s: float = GC_MIN_AGE_S, dry_run: bool = False, threads: int = 16) -> PruneReport:
@@ -88,6 +158,8 @@ def prune_gone_shards(root: str, *, min_age_s: float = GC_MIN_AGE_S, dry_run: bo
     entries = sorted(path for rel, (path, _) in relative.items() if _ENTRY.match(rel))
     packs = sorted((path, info) for rel, (path, info) in relative.items() if _PACK.match(rel))
     report = PruneReport(url=root.rstrip("/"), dry_run=dry_run, entries=len(entries), packs=len(packs))
+    report.curated = any(rel.startswith((f"{PAIRS_FOLDER}/", f"{IMAGES}/{PACKS}/")) for rel in relative)
+    report.readers = live_readers(root, clean=not dry_run)
 
     def judge(path: str) -> tuple[str | None, set[str], bool]:
         """(why the entry is dead or None, the names of the packs it keeps, whether it is
@@ -102,7 +174,10 @@ def prune_gone_shards(root: str, *, min_age_s: float = GC_MIN_AGE_S, dry_run: bo
         return state, set() if state else {posixpath.basename(u) for u in pack_urls}, shard is None
 
     with ThreadPoolExecutor(max(1, threads)) as pool:  # a stat per shard: object stores answer slowly
-        judged = list(pool.map(judge, entries))
+        try:
+            judged = list(pool.map(judge, entries))
+        except Exception as exc:
+            raise PruneError(f"{root}: a shard could not be checked ({type(exc).__name__}: {exc}); nothing was removed") from exc
     kept_packs: set[str] = set()
     for path, (reason, names, unrecorded) in zip(entries, judged, strict=True):
         report.unrecorded += unrecorded
@@ -111,7 +186,7 @@ def prune_gone_shards(root: str, *, min_age_s: float = GC_MIN_AGE_S, dry_run: bo
         else:
             kept_packs |= names
     now = time.time()
-    for path, info in packs:
+    for path, info in packs if not report.readers else ():
         if posixpath.basename(path) in kept_packs:
             continue
         age = _age_s(info, now)
@@ -119,6 +194,10 @@ def prune_gone_shards(root: str, *, min_age_s: float = GC_MIN_AGE_S, dry_run: bo
             report.young += 1
             continue
         report.orphans.append({"path": _url(root, root_path, path), "bytes": int(info.get("size") or 0), "_path": path})
+    if report.orphans and not dry_run:
+        report.readers = live_readers(root)  # a curation that started meanwhile: keep every pack
+        if report.readers:
+            report.orphans = []
     if not dry_run:
         for doomed in report.dead + report.orphans:
             try:

@@ -14,7 +14,7 @@ import pytest
 from curation_shards import image_bytes, pair_rows, tar_samples, write_parquet, write_tar
 
 from operators.images import read_image_bytes, split_byte_range
-from pipeline import store_prune
+from pipeline import curation, store_prune
 from pipeline.benchmarks.io import Folder
 from pipeline.curation import load_curation_config, pairs_cache, read_pairs
 from pipeline.image_packs import ImagePack
@@ -90,7 +90,7 @@ def test_entries_of_gone_or_changed_shards_and_the_packs_only_they_used_are_remo
     out = capsys.readouterr().out
     assert f"removed {packs['b.tar']} (image pack no live entry points into" in out
     assert f"(pairs-cache entry: its shard {shards['a.parquet'].uri} is gone)" in out
-    assert "3 of shards gone or changed removed, 1 written before entries recorded their shard (kept)" in out
+    assert "3 dead (shard gone or changed, or unreadable) removed, 1 written before entries recorded their shard (kept)" in out
     assert not entry["a.parquet"].exists() and not entry["b.tar"].exists() and not damaged.exists()
     assert not os.path.exists(packs["b.tar"])
     for kept in (packs["a.parquet"], packs["c.parquet"], young_uri):
@@ -103,6 +103,69 @@ def test_entries_of_gone_or_changed_shards_and_the_packs_only_they_used_are_remo
     assert [read_image_bytes(u) for u in again["image_uri"]] == [image_bytes(i) for i in [3, 4, 8, 5, 6, 0, 1, 2]]
     after = prune_gone_shards(store, min_age_s=0)
     assert after.dead == [] and [os.path.basename(x["path"]) for x in after.orphans] == [os.path.basename(young_uri)]
+    assert after.unrecorded == 0  # c's entry, used again, now records its shard
+    assert recorded(local, str(entry["c.parquet"])) == (now["c.parquet"], {packs["c.parquet"]})
+
+
+def test_no_pack_is_removed_while_a_curation_runs_on_the_store(tmp_path, ray_session, capsys):
+    """A running curation may be writing packs it records later (a pack stored before keeps its
+    old mtime) or scoring rows of a shard deleted meanwhile: while its reader's lease is live, gc
+    removes dead entries but no pack."""
+    store_job = importlib.import_module("jobs.store")
+    path = write_parquet(tmp_path / "in" / "a.parquet", pair_rows(range(2)))
+    cfg = _config(tmp_path)
+    store = str(tmp_path / "store")
+    (shard,) = discover([str(path)])
+    pack = read_pairs([shard], cfg)["image_uri"][0].split("#bytes=")[0]
+    os.remove(path)
+    _age([pack], 2 * HOUR)
+    with store_prune.reading_packs(store, "curation nightly (out/nightly)"):
+        report = prune_gone_shards(store)
+        assert len(report.dead) == 1 and report.orphans == [] and os.path.exists(pack)
+        assert len(report.readers) == 1 and "curation nightly (out/nightly)" in report.readers[0]
+        assert "no pack removed: 1 curation(s) running on this store" in report.line()
+    assert not (tmp_path / "store" / "shard_pairs" / "_readers").exists() or not any((tmp_path / "store" / "shard_pairs" / "_readers").iterdir())
+    assert [x["path"] for x in prune_gone_shards(store).orphans] == [pack] and not os.path.exists(pack)
+
+    # a reader killed without releasing its lease stops counting once the lease expires
+    stale = store_prune.Lease(f"{store}/shard_pairs/_readers/killed", what="curation killed", clock=lambda: time.time() - 2 * HOUR)
+    stale.acquire()
+    assert store_prune.live_readers(store) == [] and os.path.exists(stale.path)
+    assert store_prune.live_readers(store, clean=True) == [] and not os.path.exists(stale.path)
+    assert store_job.main(["gc", f"store={tmp_path}", "gone_shards=true"]) == 0  # the root, not its store
+    assert "nothing was curated into this store (is store= the store folder" in capsys.readouterr().out
+    assert store_job.main(["gc", f"store={store}", "gone_shards=true", "min_age_s=nan"]) == 2
+
+
+def test_a_curation_holds_a_readers_lease_while_it_runs(tmp_path, ray_session, monkeypatch):
+    from pipeline.curation import run_curation
+
+    write_parquet(tmp_path / "in" / "a.parquet", pair_rows(range(2)))
+    cfg = load_curation_config(["curation=smoke", "compute.progress_bars=false", f"root={tmp_path}", f"inputs=[{tmp_path}/in/]", "backbones=[zero-cost]"])
+    seen, real = [], curation.read_pairs
+
+    def spy(shards, cfg):
+        seen.append(store_prune.live_readers(str(tmp_path / "store")))
+        return real(shards, cfg)
+
+    monkeypatch.setattr(curation, "read_pairs", spy)
+    run_curation(cfg)
+    assert len(seen) == 1 and len(seen[0]) == 1 and "curation" in seen[0][0]
+    assert store_prune.live_readers(str(tmp_path / "store")) == []
+
+
+def test_a_shard_versioned_by_content_is_judged_by_size(tmp_path, ray_session):
+    """detect_changes=content (the cure for file systems without an ETag or mtime): the bytes
+    are not read again here, so a shard still there with its size is live."""
+    path = write_parquet(tmp_path / "in" / "a.parquet", pair_rows(range(2)))
+    cfg = _config(tmp_path)
+    (shard,) = discover([str(path)], "content")
+    read_pairs([shard], cfg)
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))  # a new mtime does not matter
+    assert store_prune.shard_state(shard) is None
+    assert prune_gone_shards(str(tmp_path / "store"), min_age_s=0).dead == []
+    write_parquet(path, pair_rows(range(3)))
+    assert "changed" in store_prune.shard_state(shard)
 
 
 def test_a_shard_that_cannot_be_checked_removes_nothing(tmp_path, ray_session, monkeypatch):
@@ -113,11 +176,11 @@ def test_a_shard_that_cannot_be_checked_removes_nothing(tmp_path, ray_session, m
     os.remove(shard.uri)
     pack = pairs["image_uri"][0].split("#bytes=")[0]
 
-    def unreachable(shard, detect_changes="stat"):
+    def unreachable(shard):
         raise PermissionError(f"{shard.uri}: access denied")
 
-    monkeypatch.setattr(store_prune, "current_version", unreachable)
-    with pytest.raises(PermissionError, match="access denied"):
+    monkeypatch.setattr(store_prune, "shard_state", unreachable)
+    with pytest.raises(store_prune.PruneError, match="access denied.*nothing was removed"):
         prune_gone_shards(str(tmp_path / "store"), min_age_s=0)
     assert pairs_cache(cfg.sweep).get(shard) is not None and os.path.exists(pack)
 
