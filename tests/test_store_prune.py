@@ -206,6 +206,10 @@ def test_gone_shards_on_s3(moto_s3):
         cache.put(shard, rows.select(PAIRS.names).cast(PAIRS))
         uris[name] = (shard, pack_uri)
     moto_s3.rm("incoming/gone.parquet")
+    with store_prune.reading_packs("s3://store", "curation on s3"):  # a lease by conditional PUT
+        (reader,) = store_prune.live_readers("s3://store")
+        assert "curation on s3" in reader and prune_gone_shards("s3://store", min_age_s=0, dry_run=True).orphans == []
+    assert store_prune.live_readers("s3://store") == []
     report = prune_gone_shards("s3://store", min_age_s=0)
     assert [x["reason"] for x in report.dead] == [f"its shard {uris['gone'][0].uri} is gone"]
     assert [x["path"] for x in report.orphans] == [uris["gone"][1]]
