@@ -74,7 +74,10 @@ class PairsCache:
                 log.warning("pairs cache: image pack %s %s; reading %s again", pack, what, shard.uri)
                 return None
         if SHARD_META not in (table.schema.metadata or {}):  # written before entries recorded their shard
-            self.put(shard, table)  # recorded now, so `store gc gone_shards=true` can judge it
+            try:
+                self.put(shard, table)  # recorded now, so `store gc gone_shards=true` can judge it
+            except Exception as exc:  # noqa: BLE001 - only gc needs the record: the rows are good
+                log.warning("pairs cache: could not record %s's shard in %s (%s: %s)", shard.uri, url, type(exc).__name__, exc)
         return table
 
     def put(self, shard: Shard, table: pa.Table) -> None:

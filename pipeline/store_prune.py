@@ -18,7 +18,9 @@ demand (`python jobs/store.py gc store=... gone_shards=true`).
   packs whose entries it records later (a pack whose bytes were stored before keeps its old
   mtime), or scoring rows that point into a pack whose shard was deleted meanwhile. A reader
   killed without releasing its lease stops counting when the lease expires (or at once, when
-  its process is known dead); gc then removes the lease file.
+  its process is known dead); gc then removes the lease file. gc looks for readers again before
+  every `REMOVE_CHUNK` packs it removes, and keeps a pack that an entry written since its listing
+  points into (a curation that ran from start to end while gc checked the shards).
 - Outputs of past runs that point into a removed pack (error rows) then show no image: the
   pack was the store's copy of a shard that is gone or has changed. A shard that comes back
   unchanged is read again and its pack written again, under the same name.
@@ -51,6 +53,7 @@ from pipeline.store_admin import GC_MIN_AGE_S, IMAGES, _age_s, _files, _url
 
 PAIRS_FOLDER = "shard_pairs"
 READERS = "_readers"  # under PAIRS_FOLDER: one lease folder per running curation
+REMOVE_CHUNK = 32  # packs removed between two checks that no curation has started
 _ENTRY = re.compile(rf"^{PAIRS_FOLDER}/[0-9a-f]{{2}}/[0-9a-f]{{32}}\.parquet$")
 _PACK = re.compile(rf"^{IMAGES}/{PACKS}/[0-9a-f]{{2}}/[0-9a-f]{{32}}\.tar$")
 
@@ -68,6 +71,7 @@ class PruneReport:
     orphans: list[dict] = field(default_factory=list)  # {path, bytes}: no live entry points into them
     young: int = 0  # orphaned packs newer than min_age_s: kept (a running curation may record them)
     readers: list[str] = field(default_factory=list)  # running curations: while any runs, no pack is removed
+    stale_readers: list[str] = field(default_factory=list)  # lease files of curations that ended without releasing them
     curated: bool = True  # whether the store holds a pairs cache or packs at all (a wrong store= holds neither)
 
     @property
@@ -84,8 +88,10 @@ class PruneReport:
         line = (f"{self.url}: {self.entries} pairs-cache entries, {len(self.dead)} dead (shard gone or changed, or unreadable) {verb}{kept}; "
                 f"{self.packs} image packs, {len(self.orphans)} that no live entry points into {verb} ({self.freed_bytes} bytes){young}")
         if self.readers:
-            line += (f"; no pack removed: {len(self.readers)} curation(s) running on this store ("
+            line += (f"; {'pack removal stopped' if self.orphans else 'packs kept'}: {len(self.readers)} curation(s) running on this store ("
                      + "; ".join(self.readers) + "), run gc again when they end")
+        if self.stale_readers:
+            line += f"; {len(self.stale_readers)} reader lease(s) of curations that ended without releasing them {verb}"
         return line
 
 
@@ -96,7 +102,9 @@ def shard_state(shard: Shard) -> str | None:
     fs.invalidate_cache(path)
     try:
         info = retrying(f"check {shard.uri}", lambda: fs.info(path))
-    except FileNotFoundError:
+    except FileNotFoundError as exc:
+        if not _means_gone(fs, exc):
+            raise OSError(f"{shard.uri}: cannot be reached ({exc.__cause__!r})") from exc
         return f"its shard {shard.uri} is gone"
     size = int(info["size"])
     if size != shard.size:
@@ -109,44 +117,65 @@ def shard_state(shard: Shard) -> str | None:
     return None
 
 
+def _means_gone(fs, exc: FileNotFoundError) -> bool:
+    """Whether "not found" means the file is gone. fsspec's HTTP file system raises it for any
+    failure, a server down included, so there only a 404 or 410 answer counts."""
+    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+    if not any(p in ("http", "https") for p in protocols):
+        return True
+    return getattr(exc.__cause__, "status", None) in (404, 410)
+
+
 @contextmanager
 def reading_packs(store: str, what: str, ttl_s: float = 600.0) -> Iterator[Lease]:
     """`with reading_packs(store, "curation nightly"):` a reader's lease, held while a curation
     runs, so that gc removes no pack under it (its own folder: readers never contend)."""
     lease = Lease(join_url(store, PAIRS_FOLDER, READERS, uuid.uuid4().hex), what=what, ttl_s=ttl_s)
-    with lease:
-        yield lease
-    if lease.local:  # the lease file is gone; its folder too
-        with suppress(OSError):
-            os.rmdir(posixpath.dirname(lease.path))
+    try:
+        with lease:
+            yield lease
+    finally:
+        if lease.local:  # the lease file is gone; its folder too
+            with suppress(OSError):
+                os.rmdir(posixpath.dirname(lease.path))
 
 
 class PruneError(RuntimeError):
     """A shard could not be checked: nothing was removed."""
 
 
-def live_readers(root: str, *, clean: bool = False) -> list[str]:
-    """The running curations' reader leases, described; with `clean`, the lease files of
-    readers that ended without releasing them (expired, or their process is gone) are removed."""
+def readers(root: str) -> tuple[list[str], list[str]]:
+    """(the running curations' reader leases, described; the lease files of readers that ended
+    without releasing them: expired, or their process is known to be gone)."""
     fs, path = url_to_fs(join_url(root, PAIRS_FOLDER, READERS))
     fs.invalidate_cache(path)
     found = retrying(f"list {root} readers", lambda: fs.glob(posixpath.join(path, "*", LEASE_FILE)))
-    now, live = time.time(), []
+    now, live, stale = time.time(), [], []
     for lease_path in sorted(found):
         folder = posixpath.dirname(lease_path)
-        lease = Lease(fs.unstrip_protocol(folder) if not _is_local(fs) else folder, what="gc")
-        current = lease.read()
+        current = Lease(fs.unstrip_protocol(folder) if not _is_local(fs) else folder, what="gc").read()
         if current is None:
             continue
         info, _ = current
         if info.expires_at > now and not info.holder_is_gone():
             live.append(info.describe(now))
-        elif clean:
-            try:
-                retrying(f"remove {lease_path}", lambda p=lease_path: fs.rm(p))
-            except FileNotFoundError:
-                pass
-    return live
+        else:
+            stale.append(fs.unstrip_protocol(lease_path) if not _is_local(fs) else lease_path)
+    return live, stale
+
+
+def _remove_stale_readers(stale: list[str]) -> None:
+    """Remove the lease files of readers that ended without releasing them (and, locally,
+    their folders)."""
+    for lease_url in stale:
+        fs, path = url_to_fs(lease_url)
+        try:
+            retrying(f"remove {lease_url}", lambda fs=fs, p=path: fs.rm(p))
+        except FileNotFoundError:
+            pass
+        if _is_local(fs):
+            with suppress(OSError):
+                os.rmdir(posixpath.dirname(path))
 
 
 def prune_gone_shards(root: str, *, min_age_s: float = GC_MIN_AGE_S, dry_run: bool = False, threads: int = 16) -> PruneReport:
@@ -159,7 +188,7 @@ def prune_gone_shards(root: str, *, min_age_s: float = GC_MIN_AGE_S, dry_run: bo
     packs = sorted((path, info) for rel, (path, info) in relative.items() if _PACK.match(rel))
     report = PruneReport(url=root.rstrip("/"), dry_run=dry_run, entries=len(entries), packs=len(packs))
     report.curated = any(rel.startswith((f"{PAIRS_FOLDER}/", f"{IMAGES}/{PACKS}/")) for rel in relative)
-    report.readers = live_readers(root, clean=not dry_run)
+    report.readers, report.stale_readers = readers(root)
 
     def judge(path: str) -> tuple[str | None, set[str], bool]:
         """(why the entry is dead or None, the names of the packs it keeps, whether it is
@@ -194,17 +223,44 @@ def prune_gone_shards(root: str, *, min_age_s: float = GC_MIN_AGE_S, dry_run: bo
             report.young += 1
             continue
         report.orphans.append({"path": _url(root, root_path, path), "bytes": int(info.get("size") or 0), "_path": path})
-    if report.orphans and not dry_run:
-        report.readers = live_readers(root)  # a curation that started meanwhile: keep every pack
-        if report.readers:
-            report.orphans = []
     if not dry_run:
-        for doomed in report.dead + report.orphans:
-            try:
-                retrying(f"remove {doomed['path']}", lambda p=doomed["_path"]: fs.rm(p))
-            except FileNotFoundError:
-                pass
+        _remove_stale_readers(report.stale_readers)
+        for doomed in report.dead:
+            _remove(fs, doomed)
+        if report.orphans:  # (none when a curation was running at the start)
+            report.orphans, report.readers = _remove_orphans(root, fs, prefix, set(entries), report.orphans)
     for doomed in report.dead + report.orphans:
         del doomed["_path"]
     return report
+
+
+def _remove(fs, doomed: dict) -> None:
+    try:
+        retrying(f"remove {doomed['path']}", lambda: fs.rm(doomed["_path"]))
+    except FileNotFoundError:
+        pass
+
+
+def _remove_orphans(root: str, fs, prefix: str, listed_entries: set[str], orphans: list[dict]) -> tuple[list[dict], list[str]]:
+    """Remove orphaned packs, `REMOVE_CHUNK` at a time, unless a curation is found running
+    before a chunk; a pack that an entry written since the listing points into is kept (a
+    curation that ran from start to end while the shards were being checked).
+    Returns (the packs removed, the running curations that stopped it)."""
+    fs.invalidate_cache(prefix + PAIRS_FOLDER)
+    fresh = retrying(f"list {root}/{PAIRS_FOLDER}", lambda: fs.find(prefix + PAIRS_FOLDER))
+    new_refs: set[str] = set()
+    for path in fresh:
+        if path not in listed_entries and _ENTRY.match(path[len(prefix):]):
+            with suppress(Exception):  # an entry that does not read is never used
+                new_refs |= {posixpath.basename(u) for u in recorded(fs, path)[1]}
+    removed: list[dict] = []
+    candidates = [o for o in orphans if posixpath.basename(o["_path"]) not in new_refs]
+    for start in range(0, len(candidates), REMOVE_CHUNK):
+        live, _ = readers(root)
+        if live:
+            return removed, live
+        for doomed in candidates[start:start + REMOVE_CHUNK]:
+            _remove(fs, doomed)
+            removed.append(doomed)
+    return removed, []
 

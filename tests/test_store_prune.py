@@ -123,15 +123,18 @@ def test_no_pack_is_removed_while_a_curation_runs_on_the_store(tmp_path, ray_ses
         report = prune_gone_shards(store)
         assert len(report.dead) == 1 and report.orphans == [] and os.path.exists(pack)
         assert len(report.readers) == 1 and "curation nightly (out/nightly)" in report.readers[0]
-        assert "no pack removed: 1 curation(s) running on this store" in report.line()
+        assert "packs kept: 1 curation(s) running on this store" in report.line()
     assert not (tmp_path / "store" / "shard_pairs" / "_readers").exists() or not any((tmp_path / "store" / "shard_pairs" / "_readers").iterdir())
     assert [x["path"] for x in prune_gone_shards(store).orphans] == [pack] and not os.path.exists(pack)
 
     # a reader killed without releasing its lease stops counting once the lease expires
     stale = store_prune.Lease(f"{store}/shard_pairs/_readers/killed", what="curation killed", clock=lambda: time.time() - 2 * HOUR)
     stale.acquire()
-    assert store_prune.live_readers(store) == [] and os.path.exists(stale.path)
-    assert store_prune.live_readers(store, clean=True) == [] and not os.path.exists(stale.path)
+    assert store_prune.readers(store) == ([], [stale.path])
+    dry = prune_gone_shards(store, dry_run=True)
+    assert "1 reader lease(s) of curations that ended without releasing them to remove" in dry.line() and os.path.exists(stale.path)
+    prune_gone_shards(store)
+    assert store_prune.readers(store) == ([], []) and not os.path.exists(os.path.dirname(stale.path))
     assert store_job.main(["gc", f"store={tmp_path}", "gone_shards=true"]) == 0  # the root, not its store
     assert "nothing was curated into this store (is store= the store folder" in capsys.readouterr().out
     assert store_job.main(["gc", f"store={store}", "gone_shards=true", "min_age_s=nan"]) == 2
@@ -145,13 +148,13 @@ def test_a_curation_holds_a_readers_lease_while_it_runs(tmp_path, ray_session, m
     seen, real = [], curation.read_pairs
 
     def spy(shards, cfg):
-        seen.append(store_prune.live_readers(str(tmp_path / "store")))
+        seen.append(store_prune.readers(str(tmp_path / "store"))[0])
         return real(shards, cfg)
 
     monkeypatch.setattr(curation, "read_pairs", spy)
     run_curation(cfg)
     assert len(seen) == 1 and len(seen[0]) == 1 and "curation" in seen[0][0]
-    assert store_prune.live_readers(str(tmp_path / "store")) == []
+    assert store_prune.readers(str(tmp_path / "store")) == ([], [])
 
 
 def test_a_shard_versioned_by_content_is_judged_by_size(tmp_path, ray_session):
@@ -207,12 +210,106 @@ def test_gone_shards_on_s3(moto_s3):
         uris[name] = (shard, pack_uri)
     moto_s3.rm("incoming/gone.parquet")
     with store_prune.reading_packs("s3://store", "curation on s3"):  # a lease by conditional PUT
-        (reader,) = store_prune.live_readers("s3://store")
+        (reader,), _ = store_prune.readers("s3://store")
         assert "curation on s3" in reader and prune_gone_shards("s3://store", min_age_s=0, dry_run=True).orphans == []
-    assert store_prune.live_readers("s3://store") == []
+    assert store_prune.readers("s3://store") == ([], [])
     report = prune_gone_shards("s3://store", min_age_s=0)
     assert [x["reason"] for x in report.dead] == [f"its shard {uris['gone'][0].uri} is gone"]
     assert [x["path"] for x in report.orphans] == [uris["gone"][1]]
     assert not moto_s3.exists(uris["gone"][1]) and moto_s3.exists(uris["kept"][1])
     assert cache.get(uris["kept"][0]) is not None and cache.get(uris["gone"][0]) is None
     assert split_byte_range(cache.get(uris["kept"][0]).column("image_uri")[0].as_py())[0] == uris["kept"][1]
+
+
+def test_a_curation_that_starts_while_gc_runs_keeps_its_packs(tmp_path, ray_session, monkeypatch):
+    """One that ran from start to end while gc checked the shards (its new entry points into an
+    old pack: a renamed shard), and one that starts while gc removes packs."""
+    inputs = tmp_path / "in"
+    for name, indices in (("a", range(2)), ("b", range(2, 4))):
+        write_parquet(inputs / f"{name}.parquet", pair_rows(indices))
+    cfg = _config(tmp_path)
+    store = str(tmp_path / "store")
+    shards = discover([str(inputs)])
+    first = read_pairs(shards, cfg)
+    renamed, removed = (_pack(first, s.shard_id) for s in shards)
+    _age([renamed, removed], 2 * HOUR)
+    os.rename(inputs / "a.parquet", inputs / "renamed.parquet")
+    os.remove(inputs / "b.parquet")
+    real_state, calls = store_prune.shard_state, []
+
+    def slow_state(shard):  # meanwhile a whole curation reads the renamed shard: its pack exists already
+        if not calls:
+            read_pairs(discover([str(inputs / "renamed.parquet")]), cfg)
+        calls.append(shard)
+        return real_state(shard)
+
+    monkeypatch.setattr(store_prune, "shard_state", slow_state)
+    report = prune_gone_shards(store)
+    assert len(report.dead) == 2 and [x["path"] for x in report.orphans] == [removed]
+    assert os.path.exists(renamed) and not os.path.exists(removed)
+    monkeypatch.setattr(store_prune, "shard_state", real_state)
+
+    for name, indices in (("c", range(4, 6)), ("d", range(6, 8))):
+        write_parquet(inputs / f"{name}.parquet", pair_rows(indices))
+    late = discover([str(inputs / "c.parquet"), str(inputs / "d.parquet")])
+    packs = [_pack(read_pairs(late, cfg), s.shard_id) for s in late]
+    _age(packs, 2 * HOUR)
+    for s in late:
+        os.remove(s.uri)
+    monkeypatch.setattr(store_prune, "REMOVE_CHUNK", 1)
+    real_remove, started = store_prune._remove, []
+
+    def remove(fs, doomed):  # a curation starts right after the first pack is removed
+        real_remove(fs, doomed)
+        if doomed["_path"].endswith(".tar") and not started:
+            started.append(store_prune.Lease(f"{store}/shard_pairs/_readers/late", what="curation late").acquire())
+
+    monkeypatch.setattr(store_prune, "_remove", remove)
+    report = prune_gone_shards(store)
+    assert len(report.dead) == 2 and len(report.orphans) == 1 and "curation late" in report.readers[0]
+    assert sum(os.path.exists(p) for p in packs) == 1 and os.path.exists(renamed)  # removal stopped when it started
+    assert "pack removal stopped: 1 curation(s) running" in report.line()
+
+
+def test_only_a_404_means_an_http_shard_is_gone(tmp_path, ray_session):
+    """fsspec's HTTP file system says "not found" for any failure: a server that is down must
+    stop gc, not count every shard behind it as gone."""
+    import functools
+    import http.server
+    import threading
+
+    served = tmp_path / "served"
+    path = write_parquet(served / "a.parquet", pair_rows(range(2)))
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/a.parquet"
+    try:
+        (shard,) = discover([url], "content")  # no ETag or mtime over HTTP: versioned by content
+        assert store_prune.shard_state(shard) is None
+        os.remove(path)
+        assert store_prune.shard_state(shard) == f"its shard {url} is gone"
+        write_parquet(path, pair_rows(range(2)))
+    finally:
+        server.shutdown()
+        server.server_close()
+    with pytest.raises(OSError, match="cannot be reached"):
+        store_prune.shard_state(shard)
+
+
+def test_an_old_entry_that_cannot_be_recorded_is_still_used(tmp_path, ray_session, monkeypatch, caplog):
+    from pipeline import pairs_cache as pc
+
+    path = write_parquet(tmp_path / "in" / "a.parquet", pair_rows(range(2)))
+    cfg = _config(tmp_path)
+    (shard,) = discover([str(path)])
+    read_pairs([shard], cfg)
+    cache = pairs_cache(cfg.sweep)
+    entry = next((tmp_path / "store" / "shard_pairs").rglob(f"{cache.key(shard)}.parquet"))
+    pq.write_table(pq.read_table(entry).replace_schema_metadata(None), entry)
+
+    def read_only(*args, **kwargs):
+        raise PermissionError("read-only store")
+
+    monkeypatch.setattr(pc.st, "write_table", read_only)
+    assert cache.get(shard).num_rows == 2 and "could not record" in caplog.text
