@@ -189,17 +189,18 @@ def test_a_shard_that_cannot_be_checked_removes_nothing(tmp_path, ray_session, m
 
 
 def test_gone_shards_on_s3(moto_s3):
-    """Entries and packs on S3, shards versioned by ETag."""
-    moto_s3.mkdir("store")
-    moto_s3.mkdir("incoming")
-    cache = PairsCache("s3://store/shard_pairs", {})
+    """Entries and packs on S3, shards versioned by ETag. (moto keeps buckets for the whole
+    process, so these are named for this test.)"""
+    moto_s3.mkdir("prune-store")
+    moto_s3.mkdir("prune-incoming")
+    cache = PairsCache("s3://prune-store/shard_pairs", {})
     uris = {}
     for name, indices in (("kept", [0, 1]), ("gone", [2, 3])):
         pack = ImagePack()
         hashes = [pack.add(image_bytes(i)) for i in indices]
-        pack_uri = pack.write(Folder("s3://store/images"))
-        moto_s3.pipe_file(f"incoming/{name}.parquet", name.encode())
-        (shard,) = discover([f"s3://incoming/{name}.parquet"])
+        pack_uri = pack.write(Folder("s3://prune-store/images"))
+        moto_s3.pipe_file(f"prune-incoming/{name}.parquet", name.encode())
+        (shard,) = discover([f"s3://prune-incoming/{name}.parquet"])
         assert shard.version.startswith("etag:")
         rows = pa.table({
             "shard_id": [shard.shard_id] * 2, "row": [0, 1],
@@ -208,12 +209,12 @@ def test_gone_shards_on_s3(moto_s3):
         })
         cache.put(shard, rows.select(PAIRS.names).cast(PAIRS))
         uris[name] = (shard, pack_uri)
-    moto_s3.rm("incoming/gone.parquet")
-    with store_prune.reading_packs("s3://store", "curation on s3"):  # a lease by conditional PUT
-        (reader,), _ = store_prune.readers("s3://store")
-        assert "curation on s3" in reader and prune_gone_shards("s3://store", min_age_s=0, dry_run=True).orphans == []
-    assert store_prune.readers("s3://store") == ([], [])
-    report = prune_gone_shards("s3://store", min_age_s=0)
+    moto_s3.rm("prune-incoming/gone.parquet")
+    with store_prune.reading_packs("s3://prune-store", "curation on s3"):  # a lease by conditional PUT
+        (reader,), _ = store_prune.readers("s3://prune-store")
+        assert "curation on s3" in reader and prune_gone_shards("s3://prune-store", min_age_s=0, dry_run=True).orphans == []
+    assert store_prune.readers("s3://prune-store") == ([], [])
+    report = prune_gone_shards("s3://prune-store", min_age_s=0)
     assert [x["reason"] for x in report.dead] == [f"its shard {uris['gone'][0].uri} is gone"]
     assert [x["path"] for x in report.orphans] == [uris["gone"][1]]
     assert not moto_s3.exists(uris["gone"][1]) and moto_s3.exists(uris["kept"][1])
