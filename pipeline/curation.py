@@ -48,6 +48,7 @@ from operators.metrics import yes_probability_expr
 from pipeline import store as st
 from pipeline.config import ConfigError, ResolvedConfig, SweepConfig, join_url, load_config, required_question_sets
 from pipeline.lease import Lease
+from pipeline.pairs_cache import FOLDER as PAIRS_FOLDER
 from pipeline.pairs_cache import PairsCache
 from pipeline.runtime import MemoryLimits, ensure_ray, git_commit, library_versions, task_options
 from pipeline.scoring import Timings, question_generators, score_items_all_backbones
@@ -598,7 +599,7 @@ def pairs_cache(c: CurationConfig) -> PairsCache:
         "reserved": [f"score_{m}" for m in c.metrics],
         "hash_column": c.columns.image_hash,
     }
-    return PairsCache(join_url(c.store, "shard_pairs"), options)
+    return PairsCache(join_url(c.store, PAIRS_FOLDER), options)
 
 
 def read_pairs(shards: list[Shard], cfg: ResolvedConfig) -> pl.DataFrame:

@@ -31,6 +31,7 @@ from pipeline.storage import retrying
 
 log = logging.getLogger(__name__)
 
+FOLDER = "shard_pairs"  # the pairs cache's folder under the store
 FORMAT = 1  # bump when PAIRS rows of the same shard would come out differently
 SHARD_META = b"depict.shard"  # footer key: the shard an entry was read from (uri, size, version, format)
 PACKS_META = b"depict.packs"  # footer key: the packs its rows point into
@@ -62,12 +63,7 @@ class PairsCache:
         if not table.schema.equals(PAIRS):
             log.warning("pairs cache: %s has columns %s, not PAIRS; reading %s again", url, table.schema.names, shard.uri)
             return None
-        needed: dict[str, int] = {}  # pack -> the end of the furthest range its rows read
-        for uri in table.column("image_uri").drop_null().unique().to_pylist():
-            pack, offset, length = split_byte_range(uri)
-            if offset is not None:
-                needed[pack] = max(needed.get(pack, 0), offset + length)
-        for pack, end in sorted(needed.items()):
+        for pack, end in sorted(pack_ends(table.column("image_uri")).items()):
             size = _size(pack)
             if size is None or size < end:
                 what = "is gone" if size is None else f"holds {size} bytes, its images reach byte {end}"
@@ -101,14 +97,20 @@ class PairsCache:
             return None
 
 
+def pack_ends(image_uris) -> dict[str, int]:
+    """For each pack that image URIs (an Arrow column) point into, the end of the furthest
+    range they read."""
+    ends: dict[str, int] = {}
+    for uri in image_uris.drop_null().unique().to_pylist():
+        pack, offset, length = split_byte_range(uri)
+        if offset is not None:
+            ends[pack] = max(ends.get(pack, 0), offset + length)
+    return ends
+
+
 def packs_of(image_uris) -> set[str]:
     """The pack URLs that image URIs (an Arrow column) point into."""
-    packs = set()
-    for uri in image_uris.drop_null().unique().to_pylist():
-        pack, offset, _ = split_byte_range(uri)
-        if offset is not None:
-            packs.add(pack)
-    return packs
+    return set(pack_ends(image_uris))
 
 
 def recorded(fs, path: str) -> tuple[Shard | None, set[str]]:

@@ -324,6 +324,14 @@ def compact_between_windows(store: PartStore) -> None:
         log.info("between windows: %s not compacted now (%s)", store.url, held)
 
 
+def remove_file(fs, path: str) -> None:
+    """Remove a file, retrying transient errors; one already gone (another gc) is fine."""
+    try:
+        retrying(f"remove {path}", lambda: fs.rm(path))
+    except FileNotFoundError:
+        pass
+
+
 def _age_s(info: dict, now: float) -> float | None:
     """Seconds since a file was last written (None when the filesystem does not say)."""
     stamp = info.get("mtime", info.get("LastModified", info.get("last_modified")))
@@ -360,10 +368,7 @@ def gc(root: str, *, min_age_s: float = GC_MIN_AGE_S, dry_run: bool = False) -> 
                 doomed.append(path)
     if not dry_run:
         for path in doomed:
-            try:
-                retrying(f"remove {path}", lambda p=path: fs.rm(p))
-            except FileNotFoundError:
-                pass
+            remove_file(fs, path)
     return [fs.unstrip_protocol(p) if not _is_local_path(root) else p for p in doomed]
 
 

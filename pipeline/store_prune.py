@@ -43,19 +43,19 @@ from dataclasses import dataclass, field
 from fsspec.core import url_to_fs
 
 from operators.images import PACKS
+from pipeline.benchmarks.io import _protocols
 from pipeline.config import join_url
 from pipeline.lease import LEASE_FILE, Lease
+from pipeline.pairs_cache import FOLDER as PAIRS_FOLDER
 from pipeline.pairs_cache import recorded
 from pipeline.shards import Shard, _version
 from pipeline.storage import retrying
 from pipeline.store import _is_local
-from pipeline.store_admin import GC_MIN_AGE_S, IMAGES, _age_s, _files, _url
+from pipeline.store_admin import _NAMED, GC_MIN_AGE_S, IMAGES, _age_s, _files, _url, remove_file
 
-PAIRS_FOLDER = "shard_pairs"
 READERS = "_readers"  # under PAIRS_FOLDER: one lease folder per running curation
 REMOVE_CHUNK = 32  # packs removed between two checks that no curation has started
 _ENTRY = re.compile(rf"^{PAIRS_FOLDER}/[0-9a-f]{{2}}/[0-9a-f]{{32}}\.parquet$")
-_PACK = re.compile(rf"^{IMAGES}/{PACKS}/[0-9a-f]{{2}}/[0-9a-f]{{32}}\.tar$")
 
 
 @dataclass
@@ -120,8 +120,7 @@ def shard_state(shard: Shard) -> str | None:
 def _means_gone(fs, exc: FileNotFoundError) -> bool:
     """Whether "not found" means the file is gone. fsspec's HTTP file system raises it for any
     failure, a server down included, so there only a 404 or 410 answer counts."""
-    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
-    if not any(p in ("http", "https") for p in protocols):
+    if not {"http", "https"} & set(_protocols(fs)):
         return True
     return getattr(exc.__cause__, "status", None) in (404, 410)
 
@@ -169,10 +168,7 @@ def _remove_stale_readers(stale: list[str]) -> None:
     their folders)."""
     for lease_url in stale:
         fs, path = url_to_fs(lease_url)
-        try:
-            retrying(f"remove {lease_url}", lambda fs=fs, p=path: fs.rm(p))
-        except FileNotFoundError:
-            pass
+        remove_file(fs, path)
         if _is_local(fs):
             with suppress(OSError):
                 os.rmdir(posixpath.dirname(path))
@@ -185,7 +181,7 @@ def prune_gone_shards(root: str, *, min_age_s: float = GC_MIN_AGE_S, dry_run: bo
     prefix = root_path.rstrip("/") + "/"
     relative = {p[len(prefix):]: (p, info) for p, info in found.items() if p.startswith(prefix)}
     entries = sorted(path for rel, (path, _) in relative.items() if _ENTRY.match(rel))
-    packs = sorted((path, info) for rel, (path, info) in relative.items() if _PACK.match(rel))
+    packs = sorted((path, info) for rel, (path, info) in relative.items() if (m := _NAMED.match(rel)) and m["pack"] and m["ext"] == "tar")
     report = PruneReport(url=root.rstrip("/"), dry_run=dry_run, entries=len(entries), packs=len(packs))
     report.curated = any(rel.startswith((f"{PAIRS_FOLDER}/", f"{IMAGES}/{PACKS}/")) for rel in relative)
     report.readers, report.stale_readers = readers(root)
@@ -235,10 +231,7 @@ def prune_gone_shards(root: str, *, min_age_s: float = GC_MIN_AGE_S, dry_run: bo
 
 
 def _remove(fs, doomed: dict) -> None:
-    try:
-        retrying(f"remove {doomed['path']}", lambda: fs.rm(doomed["_path"]))
-    except FileNotFoundError:
-        pass
+    remove_file(fs, doomed["_path"])
 
 
 def _remove_orphans(root: str, fs, prefix: str, listed_entries: set[str], orphans: list[dict]) -> tuple[list[dict], list[str]]:

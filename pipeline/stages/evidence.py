@@ -366,15 +366,16 @@ class ViewWorker:
 
     def __init__(self, store_url: str, views_url: str):
         from operators.images import load_image
+        from pipeline.benchmarks.io import Folder
 
-        self.store_url = store_url
+        self.images = Folder(f"{store_url}/images")
         self.store = PartStore(views_url, VIEW_IMAGES)
         self.parts = PartSink(self.store)  # background part writes; the rows go back with the statuses
         self.load_image = load_image  # checks the bytes against the request's image hash
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        from operators.hashing import image_hash
         from operators.views import png_bytes, render_view
+        from pipeline.benchmarks.io import content_address
 
         sources, blur_caches, out, errors = {}, {}, [], []
         for row in batch.to_pylist():
@@ -385,20 +386,14 @@ class ViewWorker:
                 cache = blur_caches.setdefault((h, row["sigma"]), {})  # blur each source once per batch
                 pixels = render_view(sources[h], row["view"], [tuple(b) for b in row["boxes"]], row["fill"], row["sigma"], cache)
                 data = png_bytes(pixels)
-                digest = image_hash(data)
-                uri = view_image_url(self.store_url, digest)
-                if not st.exists(uri) or st.read_bytes(uri) != data:  # absent, or a copy damaged since
-                    st.write_bytes_atomic(uri, data)
-                out.append({"key": row["key"], "source_hash": h, "view": row["view"], "image_hash": digest, "image_uri": uri, "width": pixels.shape[1], "height": pixels.shape[0]})
+                path, digest = content_address(self.images, data)  # <store>/images/<hh>/<hash>.png
+                self.images.write_content(path, data)  # once; a copy damaged since is written again
+                out.append({"key": row["key"], "source_hash": h, "view": row["view"], "image_hash": digest, "image_uri": self.images.uri(path), "width": pixels.shape[1], "height": pixels.shape[0]})
             except Exception as exc:  # one bad source image fails its views only
                 errors.append({"stage": "views", "key": row["key"], "source": row["image_uri"], "field": "image_uri", "reason": "view_failed", "detail": f"{type(exc).__name__}: {exc}"[:2000]})
         self.parts.write(pa.Table.from_pylist(out, schema=VIEW_IMAGES) if out else VIEW_IMAGES.empty_table())
         error_table = schema.conform(pa.Table.from_pylist(errors), schema.ERRORS) if errors else schema.ERRORS.empty_table()
         return status_table(batch.column("key"), error_table)
-
-
-def view_image_url(store_url: str, digest: str) -> str:
-    return f"{store_url}/images/{digest[:2]}/{digest}.png"
 
 
 def run_views(requests: pa.Table, store_url: str, compute, workers: int, unit: str) -> tuple[pl.DataFrame, StageReport]:
