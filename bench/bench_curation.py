@@ -30,12 +30,13 @@ if importlib.util.find_spec("pipeline") is None:  # a fresh clone without `pip i
     sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))  # the synthetic shard writers
 
-import pipeline  # noqa: E402, F401  first: it sets the allocators before pyarrow loads (pipeline/allocator.py)
+import pipeline  # noqa: E402, F401  first: it sets the allocators before pyarrow loads (pipeline/runtime.py)
 
 # isort: split
 from curation_shards import pair_rows, tar_samples, write_parquet, write_tar  # noqa: E402
 
-from pipeline.curation import load_curation_config, run_curation  # noqa: E402
+from pipeline.curation.config import load_curation_config  # noqa: E402
+from pipeline.curation.run import run_curation  # noqa: E402
 from pipeline.runtime import ensure_ray  # noqa: E402
 
 
@@ -74,14 +75,14 @@ def bench(label: str, backbone: str, n_pairs: int, per_shard: int, work: Path, o
 
 def driver_state() -> dict:
     """What the driver holds now: RSS (MB), Arrow's pool (MB), the parsed key indexes it keeps
-    (MB, pipeline/store.py, bounded), threads, gc-tracked objects, and live Ray objects
+    (MB, pipeline/store/parts.py, bounded), threads, gc-tracked objects, and live Ray objects
     (datasets, streaming executors, object references it owns or borrows)."""
     import gc
 
     import pyarrow as pa
     import ray
 
-    from pipeline import store as st
+    from pipeline.store import parts as st
 
     gc.collect()
     status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
@@ -144,9 +145,9 @@ class PeakWhere:
 def probe_windows() -> list[dict]:
     """Print `driver_state()` after each curation window, with where its RSS peaked; returns
     the rows printed."""
-    import pipeline.curation as curation
+    from pipeline.curation import run as curation_run
 
-    process_window, rows = curation.process_window, []
+    process_window, rows = curation_run.process_window, []
 
     def probed(*args, **kwargs):
         Path("/proc/self/clear_refs").write_text("5")  # VmHWM from here: this window's peak
@@ -159,7 +160,7 @@ def probe_windows() -> list[dict]:
         print(f"window {len(rows):>3}: " + ", ".join(f"{k} {v:,.1f}" if isinstance(v, float) else f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in rows[-1].items()), flush=True)
         return errors
 
-    curation.process_window = probed
+    curation_run.process_window = probed
     return rows
 
 

@@ -144,7 +144,7 @@ def tiny_dag_vs_naive(root: str) -> None:
 
     # The DAG's own work with the same engine object: unique requests, image-grouped batches.
     from operators import schema
-    from pipeline.store import PartStore
+    from pipeline.store.parts import PartStore
 
     requests = PartStore(f"{cfg.sweep.store}/answers/smoke", schema.ANSWERS).read(["key"])
     needed = pl.from_arrow(requests)

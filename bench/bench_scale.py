@@ -3,8 +3,8 @@
     python bench/bench_scale.py                          # 100,000 pairs
     python bench/bench_scale.py --pairs 10000 100000     # several sizes, one after the other
     python bench/bench_scale.py --pairs 1000000          # opt-in: a million pairs (long)
-    python bench/bench_scale.py --baseline /work/main    # the same cases on another checkout's code, back to back
-    python bench/bench_scale.py --baseline /work/main --rounds 2   # ABBA: each checkout first once
+    python bench/bench_scale.py --baseline ../main-before   # the same cases on another checkout's code, back to back
+    python bench/bench_scale.py --baseline ../main-before --rounds 2   # ABBA: each checkout first once
 
 Synthetic shards (half Parquet with embedded images, half WebDataset tars; tests/curation_shards.py)
 are curated with the zero-cost scripted engine, so every second measured is the pipeline's own:
@@ -80,7 +80,8 @@ def own_rows_per_part(code: Path) -> int:
 
 
 def _curate(root: Path, inputs: Path, name: str, rows_per_part: int, extra: list[str]):
-    from pipeline.curation import load_curation_config, run_curation
+    from pipeline.curation.config import load_curation_config
+    from pipeline.curation.run import run_curation
 
     part = [f"compute.rows_per_part={rows_per_part}"]
     cfg = load_curation_config(
@@ -206,7 +207,7 @@ def missing_check(store_url: str, night_keys, factor: int, rows_per_part: int) -
 
     from operators import schema
     from operators.hashing import content_key
-    from pipeline.store import PartStore
+    from pipeline.store.parts import PartStore
 
     store = PartStore(store_url, schema.ANSWERS)
     n_store = factor * len(night_keys)
@@ -291,7 +292,7 @@ def one_case(args) -> dict:
 
 def actor_case(args, root: Path, work: Path) -> dict:
     """`--actor-only`: the answer actor's figures alone, on the first shard's items (no curation run)."""
-    from pipeline.curation import load_curation_config
+    from pipeline.curation.config import load_curation_config
 
     cfg = load_curation_config(["curation=smoke", f"root={root}", f"inputs=[{args.inputs}/]", "name=actor", "backbones=[zero-cost]",
                                 f"compute.rows_per_part={args.rows_per_part}", "compute.progress_bars=false", *args.set])
@@ -303,8 +304,8 @@ def actor_case(args, root: Path, work: Path) -> dict:
 
 def _night_items(cfg, result):
     """ITEMS of the night's first shard (enough for the actor's figures), read as curation reads them."""
-    from pipeline.curation import pairs_to_items, read_pairs
-    from pipeline.shards import discover
+    from pipeline.curation.rows import pairs_to_items, read_pairs
+    from pipeline.curation.shards import discover
     from pipeline.stages import ingest
 
     shards = discover(cfg.sweep.inputs)[:1]
@@ -419,7 +420,7 @@ def main() -> None:
     parser.add_argument("--per-shard", type=int, default=5000, help="pairs per shard")
     parser.add_argument("--rows-per-part", type=int, default=None, help="compute.rows_per_part for every checkout (default: each checkout's own)")
     parser.add_argument("--also-rows-per-part", type=int, default=None, help="run this checkout once more with this rows_per_part")
-    parser.add_argument("--baseline", default=None, help="another checkout (e.g. /work/main): run each size on its code first")
+    parser.add_argument("--baseline", default=None, help="another checkout (e.g. ../main-before, a clone at the commit to compare): run each size on its code first")
     parser.add_argument("--store-factor", type=int, default=10, help="missing-key check against a store this many times the night (0: skip)")
     parser.add_argument("--missing-keys", type=int, default=100_000, help="night keys probed in the missing-key check")
     parser.add_argument("--actor-requests", type=int, default=20_000, help="requests for the in-process actor overhead")

@@ -62,7 +62,7 @@ def build(root: str, size: int, night: int, rows_per_part: int) -> dict:
     import pyarrow as pa
 
     from operators import schema
-    from pipeline.store import PartStore
+    from pipeline.store.parts import PartStore
 
     store = PartStore(root, schema.ANSWERS)
     write_s = compact_s = 0.0
@@ -110,7 +110,7 @@ def window(kind: str, size: int, night: int, n: int):
 
 def measure(root: str, kind: str, size: int, night: int, n: int) -> dict:
     from operators import schema
-    from pipeline.store import PartStore
+    from pipeline.store.parts import PartStore
 
     keys, stored_n = window(kind, size, night, n)
     store = PartStore(root, schema.ANSWERS)
@@ -132,7 +132,7 @@ def measure(root: str, kind: str, size: int, night: int, n: int) -> dict:
 
 def _clear_index_cache() -> None:
     """Forget parsed key indexes (code without them has nothing to forget)."""
-    import pipeline.store as store_mod
+    from pipeline.store import parts as store_mod
 
     cache = getattr(store_mod, "_INDEXES", None)
     if cache is not None:

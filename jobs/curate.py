@@ -17,8 +17,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runnable from a fresh clone
 
 from pipeline.cli import guarded, one_line  # noqa: E402
-from pipeline.curation import load_curation_config, run_curation, summary_text  # noqa: E402
-from pipeline.shards import ShardError  # noqa: E402
+from pipeline.curation.config import load_curation_config  # noqa: E402
+from pipeline.curation.report import summary_text  # noqa: E402
+from pipeline.curation.run import run_curation  # noqa: E402
+from pipeline.curation.shards import ShardError  # noqa: E402
 
 
 @guarded  # bad config or command line: one line, exit 2; another curation on this output: exit 3

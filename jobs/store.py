@@ -13,7 +13,7 @@ a `_quarantine/` beside it: the next curation of a pack's shard writes the pack 
 removes temporary files of killed writers older than min_age_s, quarantined parts and images
 and unreadable markers; parts are never removed. With gone_shards=true it also removes the
 pairs-cache entries of input shards that are gone or changed, and the image packs that no other
-entry points into and that are older than min_age_s (pipeline/store_prune.py; past runs' links
+entry points into and that are older than min_age_s (pipeline/curation/prune.py; past runs' links
 into a removed pack then show no image).
 `compact` merges small parts into big ones sorted by key and bucketed by key prefix, each with
 a key index (under each folder's lease; safe while runs write), so finding a night's keys
@@ -29,9 +29,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runnable from a fresh clone
 
 from pipeline.cli import guarded  # noqa: E402
-from pipeline.store import COMPACT_SMALL_ROWS, COMPACT_TARGET_ROWS  # noqa: E402
-from pipeline.store_admin import GC_MIN_AGE_S, compact, gc, verify, verify_images  # noqa: E402
-from pipeline.store_prune import PruneError, prune_gone_shards  # noqa: E402
+from pipeline.curation.prune import PruneError, prune_gone_shards  # noqa: E402
+from pipeline.store.admin import GC_MIN_AGE_S, compact, gc, verify, verify_images  # noqa: E402
+from pipeline.store.parts import COMPACT_SMALL_ROWS, COMPACT_TARGET_ROWS  # noqa: E402
 
 USAGE = ("usage: python jobs/store.py verify|gc|compact store=<dir or s3://...> [repair=true] [min_age_s=N] [dry_run=true] "
          "[gone_shards=true] [target_rows=N] [small_rows=N]")

@@ -27,7 +27,7 @@ class ImageError(Exception):
         self.cause = cause
 
 
-# An image inside a pack (pipeline.image_packs): `<...>/packs/<hh>/<32 hex>.tar#bytes=<first>-<last>`.
+# An image inside a pack (pipeline.store.image_packs): `<...>/packs/<hh>/<32 hex>.tar#bytes=<first>-<last>`.
 # Only that exact shape is a range, so a user's own file whose name merely ends in "#bytes=1-2"
 # is still read whole, as the file it names.
 PACKS = "packs"  # the folder of packs under the store's images folder

@@ -3,9 +3,9 @@
 `from pipeline import Scorer` is the Python API (pipeline/api.py); it is imported on first
 use so that importing any other pipeline module (in every Ray worker) stays light.
 Importing the package first sets polars' and Arrow's allocators to return freed memory at
-once (pipeline/allocator.py): each reads its setting when it loads.
+once (pipeline/runtime.py): each reads its setting when it loads.
 """
-from pipeline.allocator import configure_allocators
+from pipeline.runtime import configure_allocators
 
 configure_allocators()
 

@@ -7,7 +7,7 @@
 This is the sweep's scoring half (`pipeline.scoring.score_items_all_backbones`), not a
 second scoring path: the same stages, prompts, formulas and content-addressed answer
 store, so a pair scored here is never asked again by a sweep or curation run with the
-same store, and vice versa. Small inputs run in this process (`pipeline.executor`, no
+same store, and vice versa. Small inputs run in this process (`pipeline.stages.executor`, no
 Ray, the model loaded once and kept by the scorer); large ones go through Ray Data.
 
 Bad input never raises by default: a missing file, a corrupt image or an empty caption
@@ -32,13 +32,13 @@ import polars as pl
 import pyarrow as pa
 
 from operators import schema
-from pipeline import store as st
+from operators.metrics.decomposed import question_table
 from pipeline.config import ConfigError, ResolvedConfig, join_url, load_config, needs_grounding
-from pipeline.executor import LocalExecutor, running_locally
-from pipeline.explain import question_table
 from pipeline.scoring import Timings, score_items_all_backbones
 from pipeline.stages import ingest
 from pipeline.stages.engine_stage import StageReport
+from pipeline.stages.executor import LocalExecutor, running_locally
+from pipeline.store import parts as st
 
 log = logging.getLogger(__name__)
 
@@ -280,7 +280,7 @@ def to_pairs(images: Any, captions: Any, *, cross: bool, image_column: str, capt
         uri, problem = None, None
         try:
             if isinstance(image, (bytes, bytearray)) or _is_pil(image):
-                from pipeline.benchmarks.io import Folder, extract_image
+                from pipeline.store.folder import Folder, extract_image
 
                 folder = folder or Folder(images_url)
                 uri = extract_image(folder, bytes(image) if isinstance(image, (bytes, bytearray)) else _pil_png(image))

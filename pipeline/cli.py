@@ -32,7 +32,8 @@ def one_line(exc: BaseException) -> str:
 def guarded(main: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
     """Wrap a job's `main(argv) -> int` so that input errors print one line and exit 2 (3: busy)."""
     from pipeline.config import ConfigError
-    from pipeline.lease import LeaseHeld
+    from pipeline.store.lease import LeaseHeld
+    from pipeline.store.run_folder import RunNotFinished
 
     def run(argv: list[str]) -> int:
         try:
@@ -43,7 +44,7 @@ def guarded(main: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
         except ConfigError as exc:
             print(one_line(exc), file=sys.stderr)
             return EXIT_BAD_INPUT
-        except (InputError, FileNotFoundError, NotADirectoryError) as exc:
+        except (InputError, RunNotFinished, FileNotFoundError, NotADirectoryError) as exc:
             print(f"error: {one_line(exc)}", file=sys.stderr)
             return EXIT_BAD_INPUT
 

@@ -231,7 +231,7 @@ class JudgeSpec:
 
 @dataclass
 class LeaseSpec:
-    """The lock a run takes on its output folder (pipeline/lease.py): one writer at a time."""
+    """The lock a run takes on its output folder (pipeline/store/lease.py): one writer at a time."""
 
     ttl_s: float = 600.0  # a killed run's lease blocks the output for at most this long
     force: bool = False  # take over a lease that has not expired (the holder is known dead)

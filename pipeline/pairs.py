@@ -21,9 +21,9 @@ from pathlib import Path
 
 import polars as pl
 
-from pipeline import store as st
 from pipeline.api import Scorer
 from pipeline.runtime import git_commit, library_versions
+from pipeline.store import parts as st
 
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".parquet": "parquet"}
 

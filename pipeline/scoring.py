@@ -18,7 +18,6 @@ import polars as pl
 import pyarrow as pa
 
 from operators import answer_mass, schema
-from pipeline import store as st
 from pipeline.config import (
     HOLISTIC_METRICS,
     ResolvedConfig,
@@ -33,7 +32,8 @@ from pipeline.stages.engine_stage import StageReport
 from pipeline.stages.evidence import run_evidence
 from pipeline.stages.judge import run_judge
 from pipeline.stages.scores import question_records, score_items
-from pipeline.store_admin import compact_between_windows
+from pipeline.store import parts as st
+from pipeline.store.admin import compact_between_windows
 
 log = logging.getLogger(__name__)
 WINDOWS_FOLDER = "_windows"  # scratch for per-window records; removed once they are merged

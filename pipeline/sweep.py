@@ -16,14 +16,14 @@ import polars as pl
 import pyarrow as pa
 
 from operators import schema
-from pipeline import runstate
-from pipeline import store as st
 from pipeline.config import ResolvedConfig, check_benchmark_folders
-from pipeline.lease import Lease
 from pipeline.runtime import MemoryLimits, ensure_ray, git_commit, library_versions
 from pipeline.scoring import Timings, remove_scratch, score_items_windowed
 from pipeline.stages import ingest
 from pipeline.stages.engine_stage import StageReport
+from pipeline.store import parts as st
+from pipeline.store import run_folder as runstate
+from pipeline.store.lease import Lease
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +47,9 @@ class RunResult:
 def run_sweep(cfg: ResolvedConfig) -> RunResult:
     """Run (or resume) the whole sweep described by `cfg`; returns what it did.
 
-    The run folder is all-or-nothing (pipeline/runstate.py): marked running before the first
+    The run folder is all-or-nothing (pipeline/store/run_folder.py): marked running before the first
     output, finished with the list of its files after the last; a second sweep writing the same
-    folder at the same time stops at once on the folder's lease (pipeline/lease.py).
+    folder at the same time stops at once on the folder's lease (pipeline/store/lease.py).
     """
     s = cfg.sweep
     check_benchmark_folders(cfg)  # a mistyped data_root fails here, before Ray starts

@@ -12,7 +12,7 @@ from operators.answering import answer_batch
 from operators.engines.scripted import ScriptedEngine
 from operators.engines.spec import BackboneSpec
 from operators.engines.yesno import answer_token_ids, multi_token_spellings, yes_no_token_ids
-from pipeline.store import PartStore
+from pipeline.store.parts import PartStore
 
 # --- answer keys -------------------------------------------------------------------------
 

@@ -18,10 +18,13 @@ from hypothesis import strategies as hst
 
 from operators.hashing import image_hash
 from operators.images import read_image_bytes
-from pipeline.benchmarks.io import Folder
 from pipeline.config import ConfigError
-from pipeline.curation import Manifest, Rule, apply_rule, histogram_png, load_curation_config, scoring_fingerprint
-from pipeline.shards import Shard, ShardError, current_version, discover, filtered_rows, read_shard, shard_pairs
+from pipeline.curation.config import load_curation_config, scoring_fingerprint
+from pipeline.curation.manifest import Manifest
+from pipeline.curation.report import histogram_png
+from pipeline.curation.rule import Rule, apply_rule
+from pipeline.curation.shards import Shard, ShardError, current_version, discover, filtered_rows, read_shard, shard_pairs
+from pipeline.store.folder import Folder
 
 
 def pairs_of(path, fmt, images_dir, **kwargs):
@@ -321,7 +324,7 @@ def test_an_image_error_of_a_request_is_placed_on_every_row_showing_that_image()
     """Model stages report image errors per request (no shard, no row); the shards' errors
     tables get one copy per row with that image, so each failed row has its cause beside it."""
     from operators import schema
-    from pipeline.curation import locate_image_errors
+    from pipeline.curation.rows import locate_image_errors
 
     errors = pl.from_arrow(schema.conform(pa.Table.from_pylist([
         {"stage": "answers", "key": "k1", "source": "/img/u.png", "field": "image_uri", "reason": "unreadable_image", "detail": "changed since it was hashed"},

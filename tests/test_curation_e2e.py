@@ -25,9 +25,11 @@ from killing import kill_when, settled
 from scipy.special import expit
 
 from operators import schema
-from pipeline.curation import load_curation_config, run_curation, summary_text
-from pipeline.shards import discover, read_shard
-from pipeline.store import PartStore
+from pipeline.curation.config import load_curation_config
+from pipeline.curation.report import summary_text
+from pipeline.curation.run import run_curation
+from pipeline.curation.shards import discover, read_shard
+from pipeline.store.parts import PartStore
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = ["curation=smoke", "compute.progress_bars=false"]

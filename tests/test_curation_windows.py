@@ -17,9 +17,12 @@ from killing import kill_when, settled
 
 from operators import schema
 from pipeline.config import ConfigError
-from pipeline.curation import histogram_png, load_curation_config, plan_windows, run_curation, run_histogram, shard_row_counts
-from pipeline.shards import Shard, count_rows, discover
-from pipeline.store import PartStore
+from pipeline.curation.config import load_curation_config
+from pipeline.curation.report import histogram_png, run_histogram
+from pipeline.curation.run import run_curation
+from pipeline.curation.shards import Shard, count_rows, discover
+from pipeline.curation.windows import plan_windows, shard_row_counts
+from pipeline.store.parts import PartStore
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = ["curation=smoke", "compute.progress_bars=false"]
@@ -91,7 +94,7 @@ def test_run_histogram_counts_every_scored_row_once(ray_session, tmp_path):
 
 
 def result_rule(cfg):
-    from pipeline.curation import Rule
+    from pipeline.curation.rule import Rule
 
     return Rule.from_config(cfg.sweep)
 

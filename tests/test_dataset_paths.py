@@ -10,7 +10,8 @@ import pytest
 from benchmark_files import negbench_image_name, write_negbench
 
 from pipeline.benchmarks import negbench
-from pipeline.benchmarks.io import BadRecord, Folder, require_image
+from pipeline.benchmarks.io import require_image
+from pipeline.store.folder import BadRecord, Folder
 
 
 @pytest.fixture

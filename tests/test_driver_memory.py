@@ -1,5 +1,5 @@
 """Polars' and Arrow's allocators give freed pages back at once in pipeline processes
-(pipeline/allocator.py): freed memory that lingered raised and scattered the driver's peak from
+(pipeline/runtime.py): freed memory that lingered raised and scattered the driver's peak from
 window to window.
 (That a curation window leaves no Ray dataset, executor or object reference behind is checked
 in test_curation_windows.py.)"""
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.allocator import ARROW_ENV, ENV, MALLOC_ARENAS, POLARS_MALLOC_CONF
+from pipeline.runtime import ARROW_ENV, ENV, MALLOC_ARENAS, POLARS_MALLOC_CONF
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -83,7 +83,7 @@ def test_an_arrow_allocator_setting_of_the_user_is_kept():
 # allocates gets an arena of its own while there are fewer than the limit.
 ARENAS_PROBE = """
 import ctypes, tempfile, threading
-import pipeline  # caps the arenas (pipeline/allocator.py)
+import pipeline  # caps the arenas (pipeline/runtime.py)
 import pyarrow, polars  # both start threads as they load
 alive = threading.Barrier(6)
 def allocate():  # every thread allocates while all six are alive (an exited thread frees its arena)
@@ -119,7 +119,7 @@ def test_an_arena_limit_of_the_user_is_kept():
     assert malloc_arenas(clean_env() | {"MALLOC_ARENA_MAX": "3"}) == 3
 
 
-LATE_PROBE = "import pyarrow, pipeline; from pipeline.allocator import LOADED_TOO_EARLY; print(LOADED_TOO_EARLY)"
+LATE_PROBE = "import pyarrow, pipeline; from pipeline.runtime import LOADED_TOO_EARLY; print(LOADED_TOO_EARLY)"
 
 
 def test_a_library_loaded_before_pipeline_is_named_not_silently_left_as_it_was():

@@ -1,7 +1,7 @@
 """Ray batches of many parts: the same stored parts as one batch per part, resumable per part.
 
 A worker call takes a batch of `rows_per_batch` rows made of whole parts and stores one part
-per `rows_per_part` slice; these tests run the stage in process (pipeline.executor), with a
+per `rows_per_part` slice; these tests run the stage in process (pipeline.stages.executor), with a
 worker that writes through a PartSink like the answer and generation workers.
 """
 import random
@@ -12,9 +12,9 @@ import pyarrow.compute as pc
 import pytest
 
 from operators import schema
-from pipeline.executor import LocalExecutor, running_locally
 from pipeline.stages.engine_stage import PART, ActorPool, PartSink, PartWriter, cut_batches, run_engine_stage, status_table
-from pipeline.store import PartStore
+from pipeline.stages.executor import LocalExecutor, running_locally
+from pipeline.store.parts import PartStore
 
 
 class Killed(BaseException):

@@ -34,7 +34,7 @@ from pipeline.stages.evidence import (
     support_table,
     view_deltas,
 )
-from pipeline.store import PartStore
+from pipeline.store.parts import PartStore
 from pipeline.sweep import run_sweep
 
 FAST = ["compute.progress_bars=false", "bootstrap.n_resamples=50", "judge.max_new_tokens=8"]

@@ -13,8 +13,8 @@ from PIL import Image
 from operators import schema
 from operators.hashing import image_hash, is_own_image_hash
 from operators.images import ImageError, load_image
-from pipeline.benchmarks.io import Folder
-from pipeline.image_packs import ImagePack
+from pipeline.store.folder import Folder
+from pipeline.store.image_packs import ImagePack
 
 TEMPLATES = {"answer_image": "Q: {question}", "answer_caption": 'Text: "{caption}" Q: {question}', "holistic": "H: {caption}", "claim": "C: {claim}"}
 
@@ -110,7 +110,7 @@ def test_the_answer_worker_stores_no_answer_for_a_changed_image(tmp_path):
 def test_a_stored_copy_damaged_on_disk_is_written_again_when_its_image_is_extracted(tmp_path, caplog):
     """The API and benchmark loaders store images by content; a stored copy damaged since (same
     name and size, other bytes) would be hashed anew at ingest and scored as other pixels."""
-    from pipeline.benchmarks.io import extract_image
+    from pipeline.store.folder import extract_image
 
     folder = Folder(str(tmp_path / "images"))
     uri = extract_image(folder, RED)

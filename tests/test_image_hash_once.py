@@ -13,10 +13,10 @@ from curation_shards import CORRUPT_PNG, image_bytes, pair_rows, write_parquet
 
 from operators import schema
 from operators.hashing import image_hash
-from pipeline import shards as shards_module
-from pipeline.benchmarks.io import Folder
-from pipeline.shards import shard_pairs
+from pipeline.curation import shards as shards_module
+from pipeline.curation.shards import shard_pairs
 from pipeline.stages import ingest
+from pipeline.store.folder import Folder
 
 
 def pairs_of(path, images_dir, **kwargs):
@@ -87,7 +87,7 @@ def test_benchmark_images_are_hashed_once_per_file_version(tmp_path, ray_session
 
 def test_the_hash_cache_is_read_only_for_this_inputs_files(tmp_path, ray_session, monkeypatch):
     """A night reads the cache entries of its own files, not every file any past night hashed."""
-    from pipeline.store import PartStore
+    from pipeline.store.parts import PartStore
 
     old = []
     for i in range(6):
@@ -118,7 +118,7 @@ def test_write_once_writes_each_image_once_and_survives_a_removed_folder(tmp_pat
     write), making a folder only when it is missing, also one removed since (a cleanup)."""
     import shutil
 
-    from pipeline.benchmarks.io import content_address
+    from pipeline.store.folder import content_address
 
     folder = Folder(str(tmp_path / "images"))
     data = [bytes([i]) * 40 for i in range(3)]
@@ -148,9 +148,9 @@ def test_extracted_images_and_demo_files_get_an_ordinary_files_mode_and_a_failed
     shared store, unlike the store's parts. They now get what `open` gives under the umask."""
     import stat
 
-    from pipeline.benchmarks import io as bio
     from pipeline.benchmarks.demo import write_demo
-    from pipeline.benchmarks.io import content_address
+    from pipeline.store import folder as folder_module
+    from pipeline.store.folder import content_address
 
     with open(tmp_path / "plain", "wb"):
         pass
@@ -167,7 +167,7 @@ def test_extracted_images_and_demo_files_get_an_ordinary_files_mode_and_a_failed
     def full_disk(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(bio.os, "replace", full_disk)
+    monkeypatch.setattr(folder_module.os, "replace", full_disk)
     other, _ = content_address(folder, image_bytes(1))
     with pytest.raises(OSError, match="No space"):
         folder.write_once(other, image_bytes(1))

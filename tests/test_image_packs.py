@@ -14,11 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as hst
 
 from operators.images import ImageError, byte_range_uri, read_image_bytes, split_byte_range
-from pipeline import curation
-from pipeline.benchmarks.io import Folder
-from pipeline.curation import load_curation_config, pairs_cache, read_pairs
-from pipeline.image_packs import ImagePack, ustar_header
-from pipeline.shards import discover
+from pipeline.curation import rows, windows
+from pipeline.curation.config import load_curation_config
+from pipeline.curation.rows import pairs_cache, read_pairs
+from pipeline.curation.shards import discover
+from pipeline.store.folder import Folder
+from pipeline.store.image_packs import ImagePack, ustar_header
 
 # -- the pack format ---------------------------------------------------------------------------
 
@@ -127,7 +128,7 @@ def test_packs_on_s3_are_read_by_range(moto_s3):
     assert [read_image_bytes(pack.image_uri(uri, h)) for h in hashes] == [image_bytes(i) for i in range(3)]
 
     # store verify on S3: the pack hashes to its name; an altered one is found and moved aside
-    from pipeline.store_admin import verify_images
+    from pipeline.store.admin import verify_images
 
     assert (verify_images("s3://store").packs, verify_images("s3://store").bad) == (1, [])
     data = bytearray(moto_s3.cat_file(uri))
@@ -156,11 +157,11 @@ def test_a_shard_is_read_once_whatever_output_it_is_curated_into(tmp_path, ray_s
     cfg = _config(tmp_path)
     first = read_pairs(shards, cfg)
     assert first.height == 6 and first["reason"].null_count() == 6
-    monkeypatch.setattr(curation, "read_pairs_task", _refuse)
+    monkeypatch.setattr(rows, "read_pairs_task", _refuse)
     other = load_curation_config(["curation=smoke", "compute.progress_bars=false", f"root={tmp_path}", f"inputs=[{tmp_path}/in/]", "name=other", "min_score=0.9"])
     again = read_pairs(shards, other)  # another output and rule, the same store: nothing read
     assert again.equals(first)
-    assert curation.shard_row_counts(shards, pairs_cache(other.sweep)) == {s.uri: n for s, n in zip(shards, (4, 2), strict=True)}
+    assert windows.shard_row_counts(shards, pairs_cache(other.sweep)) == {s.uri: n for s, n in zip(shards, (4, 2), strict=True)}
 
 
 def test_a_changed_shard_or_a_lost_pack_or_entry_reads_the_shard_again(tmp_path, ray_session, monkeypatch, caplog):
@@ -212,7 +213,7 @@ def test_an_empty_shard_is_cached_too(tmp_path, ray_session, monkeypatch):
     (shard,) = discover([str(path)])
     assert read_pairs([shard], cfg).height == 0
     assert pairs_cache(cfg.sweep).get(shard).num_rows == 0
-    monkeypatch.setattr(curation, "read_pairs_task", _refuse)
+    monkeypatch.setattr(rows, "read_pairs_task", _refuse)
     assert read_pairs([shard], cfg).height == 0
 
 
@@ -220,7 +221,7 @@ def test_a_pack_altered_in_place_is_refused_then_found_by_verify_and_healed(tmp_
     """Same size, other bytes: the pairs cache cannot tell (it checks sizes), so the workers
     refuse the image, `store verify` names the pack, and repair makes the next read heal it."""
     from operators.images import load_image
-    from pipeline.store_admin import gc, verify, verify_images
+    from pipeline.store.admin import gc, verify, verify_images
 
     store_job = importlib.import_module("jobs.store")
 

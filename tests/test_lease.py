@@ -1,4 +1,4 @@
-"""The output lease (pipeline/lease.py): one writer per output folder, locally and on S3, and
+"""The output lease (pipeline/store/lease.py): one writer per output folder, locally and on S3, and
 a killed writer's lease is recovered by expiry or by force. What is lost in every case: nothing."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from pipeline.lease import LEASE_FILE, Lease, LeaseHeld, LeaseLost
+from pipeline.store.lease import LEASE_FILE, Lease, LeaseHeld, LeaseLost
 
 
 class Clock:
@@ -87,7 +87,7 @@ def test_a_lease_left_by_a_killed_process_on_this_machine_is_taken_over_at_once(
 
     repo = Path(__file__).resolve().parent.parent
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"from pipeline.lease import Lease; Lease({str(tmp_path)!r}, what='sweep smoke', ttl_s=3600).acquire(); print('held', flush=True); import time; time.sleep(600)"],
+        [sys.executable, "-c", f"from pipeline.store.lease import Lease; Lease({str(tmp_path)!r}, what='sweep smoke', ttl_s=3600).acquire(); print('held', flush=True); import time; time.sleep(600)"],
         cwd=repo, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from operators.hashing import image_hash
 from operators.schema import ITEMS
 from pipeline.benchmarks import genai_bench
-from pipeline.benchmarks.io import BadRecord, BenchmarkFileError, Folder
+from pipeline.store.folder import BadRecord, FileError, Folder
 from tests.benchmark_files import GENAI_FAULTS, genai_ratings, write_genai_bench, write_genai_bench_parquet
 
 
@@ -80,7 +80,7 @@ def test_every_fault_is_reported_and_skipped(tmp_path):
 def test_without_skills_file_tags_are_empty(tmp_path):
     written = write_genai_bench(tmp_path / "bench", n_prompts=2)
     (written.root / "genai_skills.json").unlink()
-    with pytest.raises(BenchmarkFileError, match="genai_skills.json"):
+    with pytest.raises(FileError, match="genai_skills.json"):
         genai_bench.load(str(written.root))
     result = genai_bench.load(str(written.root), skills=None)
     assert result.items["tags"].to_pylist() == [[]] * 4
@@ -106,7 +106,7 @@ def test_missing_or_unreadable_annotations_raise_naming_the_file(tmp_path, conte
         path.unlink()
     else:
         path.write_text(content)
-    with pytest.raises(BenchmarkFileError, match=r"genai_image\.json"):
+    with pytest.raises(FileError, match=r"genai_image\.json"):
         genai_bench.load(str(written.root))
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from operators.schema import ITEMS
 from pipeline.benchmarks import negbench
-from pipeline.benchmarks.io import BenchmarkFileError
+from pipeline.store.folder import FileError
 from tests.benchmark_files import NEGBENCH_FAULTS, negbench_image_name, write_negbench
 
 
@@ -66,9 +66,9 @@ def test_missing_file_or_column_raises(tmp_path):
     written = write_negbench(tmp_path / "negbench", n_rows=2)
     path = written.root / "images" / "COCO_val_mcq_llama3.1_rephrased.csv"
     path.write_text(path.read_text().replace("correct_answer_template", "template", 1))
-    with pytest.raises(BenchmarkFileError, match="correct_answer_template"):
+    with pytest.raises(FileError, match="correct_answer_template"):
         negbench.load(str(written.root))
-    with pytest.raises(BenchmarkFileError, match="VOC2007_mcq"):
+    with pytest.raises(FileError, match="VOC2007_mcq"):
         negbench.load(str(written.root), csv="images/VOC2007_mcq_llama3.1_rephrased.csv")
     with pytest.raises(ValueError, match="image_path_mode"):
         negbench.load(str(written.root), image_path_mode="guess")

@@ -6,7 +6,7 @@ import pytest
 
 from operators.schema import ITEMS
 from pipeline.benchmarks import richhf
-from pipeline.benchmarks.io import BenchmarkFileError
+from pipeline.store.folder import FileError
 from tests.benchmark_files import richhf_score, richhf_uid, write_richhf
 
 
@@ -99,11 +99,11 @@ def test_missing_files_and_columns_raise(tmp_path):
     written = write_richhf(tmp_path / "richhf", n_images=2, captions_format="csv")
     path = written.root / "pickapic_captions.csv"
     path.write_text(path.read_text().replace('"caption"', '"prompt"', 1))
-    with pytest.raises(BenchmarkFileError, match="pickapic_captions.csv.*caption"):
+    with pytest.raises(FileError, match="pickapic_captions.csv.*caption"):
         richhf.load(str(written.root), **written.options)
     path.write_text(path.read_text().replace('"prompt"', '"caption"', 1))
-    with pytest.raises(BenchmarkFileError, match="nope.parquet"):
+    with pytest.raises(FileError, match="nope.parquet"):
         richhf.load(str(written.root), captions="nope.parquet")
     (written.root / "test.tfrecord").unlink()
-    with pytest.raises(BenchmarkFileError, match="test.tfrecord"):
+    with pytest.raises(FileError, match="test.tfrecord"):
         richhf.load(str(written.root), captions="pickapic_captions.csv")

@@ -6,7 +6,7 @@ import pytest
 
 from operators.schema import ITEMS
 from pipeline.benchmarks import tifa160
-from pipeline.benchmarks.io import BenchmarkFileError
+from pipeline.store.folder import FileError
 from tests.benchmark_files import TIFA_FAULTS, likert_scores, tifa_scores, write_tifa160
 
 
@@ -110,13 +110,13 @@ def test_missing_files_and_columns_raise(tmp_path):
     written = write_tifa160(tmp_path / "tifa", n_prompts=1)
     path = written.root / "tifa160-likert-anns.csv"
     path.write_text(path.read_text().replace("t2i_model", "generator", 1))
-    with pytest.raises(BenchmarkFileError, match="t2i_model"):
+    with pytest.raises(FileError, match="t2i_model"):
         tifa160.load(str(written.root), human="likert")
     path.unlink()
-    with pytest.raises(BenchmarkFileError, match="tifa160-likert-anns.csv"):
+    with pytest.raises(FileError, match="tifa160-likert-anns.csv"):
         tifa160.load(str(written.root), human="likert")
     (written.root / "human_annotations.json").unlink()
-    with pytest.raises(BenchmarkFileError, match="human_annotations.json"):
+    with pytest.raises(FileError, match="human_annotations.json"):
         tifa160.load(str(written.root))
     with pytest.raises(ValueError, match="human"):
         tifa160.load(str(written.root), human="mos")

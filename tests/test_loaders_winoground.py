@@ -9,7 +9,7 @@ import pytest
 from operators.hashing import image_hash
 from operators.schema import ITEMS
 from pipeline.benchmarks import winoground
-from pipeline.benchmarks.io import BenchmarkFileError
+from pipeline.store.folder import FileError
 from tests.benchmark_files import (
     WINOGROUND_FAULTS,
     image_bytes,
@@ -70,7 +70,7 @@ def test_every_fault_is_reported_and_skipped(tmp_path):
 
 
 def test_missing_examples_file_raises(tmp_path):
-    with pytest.raises(BenchmarkFileError, match="examples.jsonl"):
+    with pytest.raises(FileError, match="examples.jsonl"):
         winoground.load(str(tmp_path))
     with pytest.raises(ValueError, match="format"):
         winoground.load(str(tmp_path), format="csv")

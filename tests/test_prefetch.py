@@ -130,7 +130,7 @@ def test_the_next_parts_images_decode_while_the_engine_answers_this_part(tmp_pat
     from types import SimpleNamespace
 
     from pipeline.stages.engine_stage import PART, AnswerWorker, PartSink, PartWriter
-    from pipeline.store import PartStore
+    from pipeline.store.parts import PartStore
 
     n = 4
     requests = batch(n, 4).slice(0, 4 * n)  # one image per part, four requests each

@@ -20,7 +20,7 @@ from scipy import stats as sps
 
 from pipeline.reports import tables as T
 from pipeline.reports.run import BackboneInfo, open_run
-from pipeline.runstate import output_files
+from pipeline.store.run_folder import output_files
 
 BACKBONES = {"qwen3_5-27b": ("qwen3_5", "27B"), "internvl3_5-8b": ("internvl3_5", "8B"), "qwen3_5-4b": ("qwen3_5", "4B")}
 METRICS = ["depict", "agree", "agree_unweighted", "agree_unweighted+vqascore", "soft_tifa_am", "soft_tifa_am+vqascore", "dsg", "vqascore", "mean_commitment"]

@@ -18,10 +18,11 @@ from curation_shards import pair_rows, write_parquet
 from killing import kill_when
 
 from pipeline.config import load_config
-from pipeline.curation import load_curation_config, run_curation
-from pipeline.lease import Lease, LeaseHeld
+from pipeline.curation.config import load_curation_config
+from pipeline.curation.run import run_curation
 from pipeline.reports.run import open_run
-from pipeline.runstate import RunNotFinished
+from pipeline.store.lease import Lease, LeaseHeld
+from pipeline.store.run_folder import RunNotFinished
 from pipeline.sweep import run_sweep
 
 REPO = Path(__file__).resolve().parent.parent

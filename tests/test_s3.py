@@ -34,9 +34,9 @@ from s3_server import Faults, S3Server, kill_session, running_s3_server
 from s3fs.errors import translate_boto_error
 
 from operators import retry, schema
-from pipeline import storage
 from pipeline.config import load_config
-from pipeline.store import (
+from pipeline.store import settings as storage
+from pipeline.store.parts import (
     Markers,
     PartStore,
     exists,
@@ -288,7 +288,7 @@ def subprocess_env(s3: S3Server, **extra: str) -> dict[str, str]:
 def test_a_writer_killed_mid_put_leaves_no_object(s3_env, tmp_path):
     """A part big enough that the client is still sending its body when it is killed."""
     key = f"unit/killed/answers/part-{'0' * 24}.parquet"
-    code = "import sys; from pipeline.store import write_bytes_atomic; write_bytes_atomic(sys.argv[1], b'x' * (64 << 20))"
+    code = "import sys; from pipeline.store.parts import write_bytes_atomic; write_bytes_atomic(sys.argv[1], b'x' * (64 << 20))"
     with s3_env.hold(lambda method, k, query: method == "PUT" and k == f"{BUCKET}/{key}") as arrived:
         writer = start_python(code, f"s3://{BUCKET}/{key}", env=subprocess_env(s3_env), log=tmp_path / "writer.log")
         try:
@@ -481,9 +481,9 @@ def test_credentials_never_reach_outputs_or_logs(s3, scenario):
 
 def test_compacted_parts_on_s3_are_read_by_index_and_ranged_gets(s3_env, monkeypatch):
     """On S3 a keyed read fetches the key index and byte ranges of the row groups with hits,
-    never a whole compacted part (pipeline.key_index)."""
+    never a whole compacted part (pipeline.store.key_index)."""
     from operators.hashing import content_key
-    from pipeline.key_index import SUFFIX
+    from pipeline.store.key_index import SUFFIX
 
     store = PartStore(f"s3://{BUCKET}/unit/indexed/answers", schema.ANSWERS)
     keys = [content_key("s3-index", i) for i in range(3000)]

@@ -4,7 +4,7 @@
 every needed key back (a second read, including every part the actors had just written).
 Now the stage's one keyed read gives both the cached rows and the anti-join, and each actor
 returns the rows it stored with their statuses. These tests run the stage in process
-(pipeline.executor) and count the parts the driver opens.
+(pipeline.stages.executor) and count the parts the driver opens.
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ import pytest
 from PIL import Image
 
 from operators import schema
-from pipeline.executor import LocalExecutor, running_locally
 from pipeline.stages.engine_stage import ROW, ActorPool, PartSink, PartWriter, result_schema, run_and_read, status_table
-from pipeline.store import PartStore
+from pipeline.stages.executor import LocalExecutor, running_locally
+from pipeline.store.parts import PartStore
 
 COLUMNS = ["key", "logp_yes", "logp_no"]
 

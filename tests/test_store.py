@@ -4,7 +4,7 @@ import pyarrow as pa
 import pytest
 
 from operators import schema
-from pipeline.store import Markers, PartStore, read_table, write_table
+from pipeline.store.parts import Markers, PartStore, read_table, write_table
 
 
 def answers(keys, value=0.0):
@@ -131,7 +131,7 @@ def test_markers_can_be_cleared(tmp_path):
 
 
 def test_on_s3_a_truncated_part_is_quarantined_and_verify_sees_it(moto_s3):
-    from pipeline.store_admin import gc, verify
+    from pipeline.store.admin import gc, verify
 
     moto_s3.mkdir("cache")
     store = PartStore("s3://cache/store/answers/b", schema.ANSWERS)

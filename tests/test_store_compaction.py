@@ -14,9 +14,9 @@ import pytest
 
 from operators import schema
 from operators.hashing import content_key
-from pipeline import store_admin
-from pipeline.lease import Lease, LeaseHeld
-from pipeline.store import COMPACTED, PartStore, key_buckets
+from pipeline.store import admin as store_admin
+from pipeline.store.lease import Lease, LeaseHeld
+from pipeline.store.parts import COMPACTED, PartStore, key_buckets
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "jobs"))
 

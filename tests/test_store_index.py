@@ -13,12 +13,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import pipeline.store as store_mod
 from operators import schema
 from operators.hashing import content_key
-from pipeline import store_admin
-from pipeline.key_index import SUFFIX, BadIndex, KeyIndex, Window, key_prefixes
-from pipeline.store import COMPACTED, PartStore
+from pipeline.store import admin as store_admin
+from pipeline.store import parts as store_mod
+from pipeline.store.key_index import SUFFIX, BadIndex, KeyIndex, Window, key_prefixes
+from pipeline.store.parts import COMPACTED, PartStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "jobs"))
 GROUP = 64

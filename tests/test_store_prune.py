@@ -14,13 +14,15 @@ import pytest
 from curation_shards import image_bytes, pair_rows, tar_samples, write_parquet, write_tar
 
 from operators.images import read_image_bytes, split_byte_range
-from pipeline import curation, store_prune
-from pipeline.benchmarks.io import Folder
-from pipeline.curation import load_curation_config, pairs_cache, read_pairs
-from pipeline.image_packs import ImagePack
-from pipeline.pairs_cache import PAIRS, PairsCache, recorded
-from pipeline.shards import discover
-from pipeline.store_prune import prune_gone_shards
+from pipeline.curation import prune as store_prune
+from pipeline.curation import run as curation_run
+from pipeline.curation.config import load_curation_config
+from pipeline.curation.pairs_cache import PAIRS, PairsCache, recorded
+from pipeline.curation.prune import prune_gone_shards
+from pipeline.curation.rows import pairs_cache, read_pairs
+from pipeline.curation.shards import discover
+from pipeline.store.folder import Folder
+from pipeline.store.image_packs import ImagePack
 
 HOUR = 3600.0
 
@@ -141,17 +143,17 @@ def test_no_pack_is_removed_while_a_curation_runs_on_the_store(tmp_path, ray_ses
 
 
 def test_a_curation_holds_a_readers_lease_while_it_runs(tmp_path, ray_session, monkeypatch):
-    from pipeline.curation import run_curation
+    from pipeline.curation.run import run_curation
 
     write_parquet(tmp_path / "in" / "a.parquet", pair_rows(range(2)))
     cfg = load_curation_config(["curation=smoke", "compute.progress_bars=false", f"root={tmp_path}", f"inputs=[{tmp_path}/in/]", "backbones=[zero-cost]"])
-    seen, real = [], curation.read_pairs
+    seen, real = [], curation_run.read_pairs
 
     def spy(shards, cfg):
         seen.append(store_prune.readers(str(tmp_path / "store"))[0])
         return real(shards, cfg)
 
-    monkeypatch.setattr(curation, "read_pairs", spy)
+    monkeypatch.setattr(curation_run, "read_pairs", spy)
     run_curation(cfg)
     assert len(seen) == 1 and len(seen[0]) == 1 and "curation" in seen[0][0]
     assert store_prune.readers(str(tmp_path / "store")) == ([], [])
@@ -299,7 +301,7 @@ def test_only_a_404_means_an_http_shard_is_gone(tmp_path, ray_session):
 
 
 def test_an_old_entry_that_cannot_be_recorded_is_still_used(tmp_path, ray_session, monkeypatch, caplog):
-    from pipeline import pairs_cache as pc
+    from pipeline.curation import pairs_cache as pc
 
     path = write_parquet(tmp_path / "in" / "a.parquet", pair_rows(range(2)))
     cfg = _config(tmp_path)

@@ -10,8 +10,8 @@ import pytest
 
 from operators import schema
 from pipeline.config import load_config
-from pipeline.store import PartStore
-from pipeline.store_admin import gc, verify
+from pipeline.store.admin import gc, verify
+from pipeline.store.parts import PartStore
 from pipeline.sweep import run_sweep
 
 pytestmark = pytest.mark.slow

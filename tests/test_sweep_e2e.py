@@ -12,7 +12,7 @@ from killing import kill_when, settled
 
 from operators import schema
 from pipeline.config import load_config
-from pipeline.store import PartStore
+from pipeline.store.parts import PartStore
 from pipeline.sweep import run_sweep
 
 REPO = Path(__file__).resolve().parent.parent

@@ -20,9 +20,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import pipeline.shards as shards
-from pipeline.shards import IMAGE_EXTENSIONS, TAR_MIN_BYTES_PER_SAMPLE, Shard, ShardError, count_rows, read_webdataset
-from pipeline.tar_walk import BLOCK, Unsupported, regular_members, tar_bytes
+from pipeline.curation import shards
+from pipeline.curation.shards import IMAGE_EXTENSIONS, TAR_MIN_BYTES_PER_SAMPLE, Shard, ShardError, count_rows, read_webdataset
+from pipeline.curation.tar_walk import BLOCK, Unsupported, regular_members, tar_bytes
 from tests.curation_shards import tar_samples, write_tar
 
 # -- the oracle: today's code before the walker ---------------------------------------------------

@@ -116,6 +116,24 @@ def _depict_per_item(rows: pl.DataFrame, convention: str, undecided_below: float
     )
 
 
+def question_table(records: pl.DataFrame, probability: str = "normalized") -> pl.DataFrame:
+    """`records` (`records/<backbone>.parquet`: raw yes/no log-probabilities per question) plus
+    the quantities of the DEPICT formula: p_v (on the image), p_t (from the caption alone),
+    commitment w = |2 p_t - 1| and agreement a = p_v p_t + (1 - p_v)(1 - p_t). The API, the pairs
+    command and the explorer show these, computed here beside the formula so they never disagree.
+
+    Rows without a caption-only answer (DSG, claims) have null p_t, commitment and agreement.
+    """
+    if records.height == 0 or "logp_yes_v" not in records.columns:
+        return records
+    p_v = yes_probability_expr("logp_yes_v", "logp_no_v", probability)
+    p_t = yes_probability_expr("logp_yes_t", "logp_no_t", probability)
+    return records.with_columns(p_v=p_v, p_t=p_t).with_columns(
+        commitment=(2.0 * pl.col("p_t") - 1.0).abs(),
+        agreement=pl.col("p_v") * pl.col("p_t") + (1.0 - pl.col("p_v")) * (1.0 - pl.col("p_t")),
+    )
+
+
 def _depict_metric_columns(stats: pl.DataFrame, metrics: Iterable[str]) -> pl.DataFrame:
     """`score__<metric>` and `note__<metric>` columns for the requested metrics."""
     no_weight = pl.col("sum_w") == 0.0

@@ -41,7 +41,8 @@ from operators.hashing import image_hash
 from operators.parsing import Claim, DsgQuestion, questions_rows
 from operators.schema import QUESTIONS
 from pipeline.benchmarks.common import LoadResult
-from pipeline.benchmarks.io import BadRecord, Folder, ProblemLog, items_table, rating, require_image, text_value
+from pipeline.benchmarks.io import ProblemLog, items_table, rating, require_image, text_value
+from pipeline.store.folder import BadRecord, Folder
 
 MANIFEST = "manifest.json"
 # Bump when the manifest layout changes (drawing changes already change every image hash).

@@ -21,19 +21,8 @@ from collections import defaultdict
 from typing import Any
 
 from pipeline.benchmarks.common import LoadResult, Problem
-from pipeline.benchmarks.io import (
-    BadRecord,
-    BenchmarkFileError,
-    Folder,
-    JsonObject,
-    ProblemLog,
-    extract_image,
-    items_table,
-    iter_parquet,
-    rating,
-    require_image,
-    text_value,
-)
+from pipeline.benchmarks.io import ProblemLog, items_table, iter_parquet, rating, require_image, text_value
+from pipeline.store.folder import BadRecord, FileError, Folder, JsonObject, extract_image
 
 GENERATORS = ("DALLE_3", "SDXL_Turbo", "DeepFloyd_I_XL_v1", "Midjourney_6", "SDXL_2_1", "SDXL_Base")
 RELEASES = ("1600", "527")
@@ -76,7 +65,7 @@ def _load_json(folder: Folder, benchmark: str, annotations: str, skills: str | N
     data = ann_folder.read_json(ann_path)
     log = ProblemLog(ann_folder.uri(ann_path), problems)
     if not isinstance(data, JsonObject):
-        raise BenchmarkFileError(f"{ann_folder.uri(ann_path)}: expected a JSON object of prompt id -> entry")
+        raise FileError(f"{ann_folder.uri(ann_path)}: expected a JSON object of prompt id -> entry")
     log.duplicates(data, "prompt id")
     tags = _read_skills(folder, skills, set(data), problems) if skills else {}
 
@@ -158,7 +147,7 @@ def _read_skills(folder: Folder, skills: str, prompt_ids: set[str], problems: li
     data = skills_folder.read_json(path)
     log = ProblemLog(skills_folder.uri(path), problems)
     if not isinstance(data, JsonObject):
-        raise BenchmarkFileError(f"{skills_folder.uri(path)}: expected a JSON object of skill tag -> prompt ids")
+        raise FileError(f"{skills_folder.uri(path)}: expected a JSON object of skill tag -> prompt ids")
     log.duplicates(data, "skill tag")
     tags: dict[str, set[str]] = defaultdict(set)
     for tag, ids in data.items():

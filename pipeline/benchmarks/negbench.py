@@ -19,16 +19,8 @@ from __future__ import annotations
 import posixpath
 
 from pipeline.benchmarks.common import LoadResult, Problem
-from pipeline.benchmarks.io import (
-    BadRecord,
-    Folder,
-    ProblemLog,
-    items_table,
-    parse_int,
-    read_csv,
-    require_image,
-    text_value,
-)
+from pipeline.benchmarks.io import ProblemLog, items_table, parse_int, read_csv, require_image, text_value
+from pipeline.store.folder import BadRecord, Folder
 
 N_OPTIONS = 4
 TEMPLATES = {

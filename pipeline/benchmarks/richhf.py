@@ -25,17 +25,9 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from pipeline.benchmarks.common import LoadResult, Problem
-from pipeline.benchmarks.io import (
-    BadRecord,
-    BenchmarkFileError,
-    Folder,
-    ProblemLog,
-    items_table,
-    number_value,
-    require_image,
-    text_value,
-)
+from pipeline.benchmarks.io import ProblemLog, items_table, number_value, require_image, text_value
 from pipeline.benchmarks.tfrecord import ExampleError, TFRecordError, parse_example, read_records
+from pipeline.store.folder import BadRecord, FileError, Folder
 
 SCORE_FEATURE = "misalignment_score"
 
@@ -136,7 +128,7 @@ def _read_captions(folder: Folder, path: str, problems: list[Problem]) -> dict[s
     elif "caption" in names and "filename" in names:
         uid_columns = [[_stem(v) if isinstance(v, str) else v for v in table["filename"].to_pylist()]]
     else:
-        raise BenchmarkFileError(
+        raise FileError(
             f"{folder.uri(path)}: needs columns (uid or filename, caption) or Pick-a-Pic's "
             f"(caption, image_0_uid, image_1_uid); found {table.column_names}"
         )
@@ -165,15 +157,15 @@ def _stem(name: str) -> str:
 
 def _read_table(folder: Folder, path: str) -> Any:
     if not folder.fs.isfile(path):
-        raise BenchmarkFileError(f"{folder.uri(path)}: file not found")
+        raise FileError(f"{folder.uri(path)}: file not found")
     reader = {".parquet": _parquet_columns, ".csv": _csv_table}.get(posixpath.splitext(path)[1].lower())
     if reader is None:
-        raise BenchmarkFileError(f"{folder.uri(path)}: captions table must be .parquet or .csv")
+        raise FileError(f"{folder.uri(path)}: captions table must be .parquet or .csv")
     try:
         with folder.fs.open(path, "rb") as f:
             return reader(f)
     except Exception as exc:  # pyarrow raises ArrowInvalid, OSError, ...: all mean "unreadable"
-        raise BenchmarkFileError(f"{folder.uri(path)}: cannot read the captions table ({exc})") from exc
+        raise FileError(f"{folder.uri(path)}: cannot read the captions table ({exc})") from exc
 
 
 _CAPTION_COLUMNS = ("uid", "filename", "caption", "image_0_uid", "image_1_uid")

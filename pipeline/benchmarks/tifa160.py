@@ -21,19 +21,8 @@ from collections import defaultdict
 from typing import Any
 
 from pipeline.benchmarks.common import LoadResult, Problem
-from pipeline.benchmarks.io import (
-    BadRecord,
-    BenchmarkFileError,
-    Folder,
-    JsonObject,
-    ProblemLog,
-    items_table,
-    parse_number,
-    rating,
-    read_csv,
-    require_image,
-    text_value,
-)
+from pipeline.benchmarks.io import ProblemLog, items_table, parse_number, rating, read_csv, require_image, text_value
+from pipeline.store.folder import BadRecord, FileError, Folder, JsonObject
 
 RATING_RANGE = (1, 5)
 HUMAN_SIGNALS = ("tifa", "likert")
@@ -65,7 +54,7 @@ def load(
     ann_folder, ann_path = folder.locate(annotations)
     data = ann_folder.read_json(ann_path)
     if not isinstance(data, JsonObject):
-        raise BenchmarkFileError(f"{ann_folder.uri(ann_path)}: expected a JSON object of image key -> entry")
+        raise FileError(f"{ann_folder.uri(ann_path)}: expected a JSON object of image key -> entry")
     log = ProblemLog(ann_folder.uri(ann_path), problems)
     log.duplicates(data, "image key")
 
@@ -127,7 +116,7 @@ def _likert_ratings(folder: Folder, path: str, keys: set[str], problems: list[Pr
     header, rows = read_csv(folder, path, ["source_id", "worker_id", "answer"])
     model_column = next((c for c in ("t2i_model", "model_type") if c in header), None)
     if model_column is None:
-        raise BenchmarkFileError(f"{folder.uri(path)}: needs a t2i_model (or model_type) column; found {header}")
+        raise FileError(f"{folder.uri(path)}: needs a t2i_model (or model_type) column; found {header}")
     log = ProblemLog(folder.uri(path), problems)
     ratings: dict[str, list[float]] = defaultdict(list)
     seen: set[tuple[str, str]] = set()

@@ -19,17 +19,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from pipeline.benchmarks.common import LoadResult, Problem
-from pipeline.benchmarks.io import (
-    BadRecord,
-    Folder,
-    ProblemLog,
-    extract_image,
-    items_table,
-    iter_jsonl,
-    iter_parquet,
-    require_image,
-    text_value,
-)
+from pipeline.benchmarks.io import ProblemLog, items_table, iter_jsonl, iter_parquet, require_image, text_value
+from pipeline.store.folder import BadRecord, Folder, extract_image
 
 IMAGE_EXTENSION = ".png"
 PARQUET_COLUMNS = ["id", "image_0", "image_1", "caption_0", "caption_1"]

@@ -1,7 +1,7 @@
 """A run folder -> the explorer's data: one list per (benchmark, backbone) and per-item details.
 
 Reads only what the run wrote (items, scores/, records/, evidence/, judge/, errors,
-manifest); nothing is recomputed but the display quantities of `pipeline.explain`.
+manifest); nothing is recomputed but the display quantities of `operators.metrics.decomposed.question_table`.
 Lists are columnar (small to ship, quick to sort in the browser); details are grouped in
 chunks so a large run is loaded a chunk at a time, on demand.
 """
@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from pipeline import store as st
+from operators.metrics.decomposed import question_table
 from pipeline.config import join_url
-from pipeline.explain import question_table
+from pipeline.store import parts as st
 
 CHUNK = 50  # items per detail file
 SET_ORDER = {"depict": 0, "dsg": 1, "claims": 2}  # DEPICT's own questions first

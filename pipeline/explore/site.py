@@ -16,9 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
 
-from pipeline import store as st
 from pipeline.config import join_url
 from pipeline.explore.data import Run, read_run, run_errors, view_details, view_id, view_list
+from pipeline.store import parts as st
 
 log = logging.getLogger(__name__)
 

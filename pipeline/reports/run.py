@@ -7,7 +7,7 @@ what the reports show: backbones are those with a scores file, benchmarks those 
 items. A malformed file raises naming the file and the missing columns; a row with a
 missing key field is skipped and listed in `Run.problems`, never read as a 0. A run that is
 not marked finished, or whose files are not the ones its manifest lists, is refused
-(`pipeline.runstate.RunNotFinished`): reports never mix two runs.
+(`pipeline.store.run_folder.RunNotFinished`): reports never mix two runs.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from operators import schema
 from pipeline.config import ProtocolSpec
 from pipeline.metaeval import DELTAS_SCHEMA, DIAGNOSTIC_METRICS, STATISTICS_SCHEMA
-from pipeline.runstate import Outputs, read_manifest, require_finished
+from pipeline.store.run_folder import Outputs, read_manifest, require_finished
 
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([bBmM]?)")
 

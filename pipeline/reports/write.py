@@ -12,10 +12,10 @@ import json
 import time
 from collections.abc import Sequence
 
-from pipeline import store as st
 from pipeline.reports import figures, tables
 from pipeline.reports.render import RENDERERS
 from pipeline.reports.run import Run, open_run
+from pipeline.store import parts as st
 
 FORMATS = ("md", "tex", "csv")
 

@@ -12,7 +12,7 @@ from operators.engines.spec import BackboneSpec
 from operators.requests import KeySpec, plan_holistic, plan_questions, unique_requests
 from pipeline.config import ComputeSpec, PromptSet
 from pipeline.stages.engine_stage import AnswerWorker, StageReport, engine_pool, run_and_read
-from pipeline.store import PartStore
+from pipeline.store.parts import PartStore
 
 
 @dataclass

@@ -31,9 +31,9 @@ from operators import schema
 from operators.engines.spec import BackboneSpec
 from operators.hashing import keys_digest
 from operators.prefetch import pipelined
-from pipeline import executor
 from pipeline.config import ComputeSpec
-from pipeline.store import MARKERS, Markers, PartStore
+from pipeline.stages import executor
+from pipeline.store.parts import MARKERS, Markers, PartStore
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ def _read_and_compute(
 
     log.info("%s/%s: %d needed, %d cached, %d to compute", stage, unit, report.needed, report.cached, n_todo)
     local = executor.current()
-    if local is not None:  # in-process (pipeline.executor): the same workers and batches, no Ray
+    if local is not None:  # in-process (pipeline.stages.executor): the same workers and batches, no Ray
         results = local.map_batches(blocks, PartWriter, {"worker_cls": worker_cls, "worker_kwargs": worker_kwargs, "row_schema": row_schema})
         results = pa.concat_tables(results) if results else result_schema(row_schema).empty_table()
     else:
@@ -584,7 +584,7 @@ class AnswerWorker:
 
     def __init__(self, backbone: BackboneSpec, templates: dict, store_url: str):
         from operators.images import load_image
-        from pipeline.executor import load_engine  # shared in-process, own engine in a Ray actor
+        from pipeline.stages.executor import load_engine  # shared in-process, own engine in a Ray actor
 
         self.backbone = backbone
         self.templates = templates
@@ -611,7 +611,7 @@ class GenerationWorker:
     """Ray actor: greedy generations (questions, DSG graphs, claims) stored raw."""
 
     def __init__(self, backbone: BackboneSpec, templates: dict, store_url: str):
-        from pipeline.executor import load_engine  # shared in-process, own engine in a Ray actor
+        from pipeline.stages.executor import load_engine  # shared in-process, own engine in a Ray actor
 
         self.backbone = backbone
         self.templates = templates

@@ -34,12 +34,12 @@ from operators.grounding_rules import ClaimPlan, claim_support, plan_claim
 from operators.hashing import content_key
 from operators.requests import IMAGE_KIND
 from operators.views import MASKED_VIEWS, VIEW_IMAGES, VIEWS, ControlRules, control_rng, draw_controls, pixel_box, view_key
-from pipeline import store as st
 from pipeline.config import GROUNDING_METRICS, DetectorSpec, EvidenceSpec, ResolvedConfig, SelectSpec, needs_grounding
 from pipeline.stages.answers import AnswerPlan, key_spec, run_answers
 from pipeline.stages.engine_stage import ActorPool, PartSink, StageReport, run_and_read, status_table
 from pipeline.stages.scores import metric_inputs
-from pipeline.store import PartStore
+from pipeline.store import parts as st
+from pipeline.store.parts import PartStore
 
 log = logging.getLogger(__name__)
 
@@ -366,7 +366,7 @@ class ViewWorker:
 
     def __init__(self, store_url: str, views_url: str):
         from operators.images import load_image
-        from pipeline.benchmarks.io import Folder
+        from pipeline.store.folder import Folder
 
         self.images = Folder(f"{store_url}/images")
         self.store = PartStore(views_url, VIEW_IMAGES)
@@ -375,7 +375,7 @@ class ViewWorker:
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         from operators.views import png_bytes, render_view
-        from pipeline.benchmarks.io import content_address
+        from pipeline.store.folder import content_address
 
         sources, blur_caches, out, errors = {}, {}, [], []
         for row in batch.to_pylist():

@@ -10,11 +10,11 @@ import pyarrow as pa
 
 from operators import schema
 from operators.ingest import hash_cache_keys, hash_images
-from pipeline import executor
 from pipeline.config import LOADERS, BenchmarkSpec
 from pipeline.runtime import task_options
+from pipeline.stages import executor
 from pipeline.stages.engine_stage import StageReport
-from pipeline.store import PartStore
+from pipeline.store.parts import PartStore
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ def hash_item_images(items: pl.DataFrame, rows_per_task: int = 64, cache_url: st
         table = uris.select("image_uri").to_arrow()
         blocks = [table.slice(i, rows_per_task) for i in range(0, table.num_rows, rows_per_task)]
         local = executor.current()
-        if local is not None:  # in-process (pipeline.executor): the same function, no Ray
+        if local is not None:  # in-process (pipeline.stages.executor): the same function, no Ray
             hashed = pl.from_arrow(pa.concat_tables(local.map_batches(blocks, hash_images)))
         else:
             hashed_ds = ray.data.from_arrow(blocks).map_batches(hash_images, batch_format="pyarrow", batch_size=rows_per_task, **task_options())

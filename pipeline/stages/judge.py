@@ -18,10 +18,10 @@ from operators.answering import IMAGE_GENERATION_TEMPLATES
 from operators.engines.spec import BackboneSpec
 from operators.hashing import content_key
 from operators.judge import JudgeError, parse_judgement
-from pipeline import store as st
 from pipeline.config import JUDGE_METRICS, ComputeSpec, PromptSet
 from pipeline.stages.engine_stage import PartSink, StageReport, engine_pool, run_and_read, status_table
-from pipeline.store import PartStore
+from pipeline.store import parts as st
+from pipeline.store.parts import PartStore
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class JudgeWorker:
 
     def __init__(self, backbone: BackboneSpec, templates: dict, store_url: str, max_new_tokens: int):
         from operators.images import load_image
-        from pipeline.executor import load_engine  # shared in-process, own engine in a Ray actor
+        from pipeline.stages.executor import load_engine  # shared in-process, own engine in a Ray actor
 
         self.backbone = backbone
         self.templates = templates

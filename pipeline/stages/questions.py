@@ -19,7 +19,7 @@ from operators.hashing import content_keys
 from operators.parsing import ParseError, parse_claims, parse_dsg, parse_questions, questions_rows
 from pipeline.config import ComputeSpec, PromptSet
 from pipeline.stages.engine_stage import GenerationWorker, StageReport, engine_pool, run_and_read
-from pipeline.store import PartStore
+from pipeline.store.parts import PartStore
 
 log = logging.getLogger(__name__)
 

@@ -43,15 +43,15 @@ from dataclasses import dataclass, field
 from fsspec.core import url_to_fs
 
 from operators.images import PACKS
-from pipeline.benchmarks.io import _protocols
 from pipeline.config import join_url
-from pipeline.lease import LEASE_FILE, Lease
-from pipeline.pairs_cache import FOLDER as PAIRS_FOLDER
-from pipeline.pairs_cache import recorded
-from pipeline.shards import Shard, _version
-from pipeline.storage import retrying
-from pipeline.store import _is_local
-from pipeline.store_admin import _NAMED, GC_MIN_AGE_S, IMAGES, _age_s, _files, _url, remove_file
+from pipeline.curation.pairs_cache import FOLDER as PAIRS_FOLDER
+from pipeline.curation.pairs_cache import recorded
+from pipeline.curation.shards import Shard, _version
+from pipeline.store.admin import _NAMED, GC_MIN_AGE_S, IMAGES, _age_s, _files, _url, remove_file
+from pipeline.store.folder import protocols
+from pipeline.store.lease import LEASE_FILE, Lease
+from pipeline.store.parts import _is_local
+from pipeline.store.settings import retrying
 
 READERS = "_readers"  # under PAIRS_FOLDER: one lease folder per running curation
 REMOVE_CHUNK = 32  # packs removed between two checks that no curation has started
@@ -120,7 +120,7 @@ def shard_state(shard: Shard) -> str | None:
 def _means_gone(fs, exc: FileNotFoundError) -> bool:
     """Whether "not found" means the file is gone. fsspec's HTTP file system raises it for any
     failure, a server down included, so there only a 404 or 410 answer counts."""
-    if not {"http", "https"} & set(_protocols(fs)):
+    if not {"http", "https"} & set(protocols(fs)):
         return True
     return getattr(exc.__cause__, "status", None) in (404, 410)
 

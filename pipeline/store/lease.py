@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 
 import fsspec
 
-from pipeline.storage import retrying
+from pipeline.store.settings import retrying
 
 log = logging.getLogger(__name__)
 

@@ -7,10 +7,10 @@ takes them from here. The key is the shard as discovery saw it, (uri, size, vers
 version being the same ETag, mtime or content hash that tells the manifest a shard changed,
 plus every reading option. An entry is used only if the packs its rows point into still exist
 and hold every range they name; anything unreadable is a miss, never an error: the shard is read
-again (and a damaged pack written again, see pipeline.image_packs).
+again (and a damaged pack written again, see pipeline.store.image_packs).
 
 Each entry records, in its Parquet footer, the shard it was read from and the packs its rows
-point into, so `pipeline.store_prune` can tell entries of shards that are gone or changed (never
+point into, so `pipeline.curation.prune` can tell entries of shards that are gone or changed (never
 used again) and packs that only they pointed into, without reading their rows.
 """
 from __future__ import annotations
@@ -24,10 +24,10 @@ import pyarrow.parquet as pq
 
 from operators.hashing import digest
 from operators.images import split_byte_range
-from pipeline import store as st
 from pipeline.config import join_url
-from pipeline.shards import PAIRS, Shard
-from pipeline.storage import retrying
+from pipeline.curation.shards import PAIRS, Shard
+from pipeline.store import parts as st
+from pipeline.store.settings import retrying
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,8 @@ import posixpath
 import time
 import uuid
 
-from pipeline import store as st
-from pipeline.cli import InputError
-from pipeline.storage import retrying
+from pipeline.store import parts as st
+from pipeline.store.settings import retrying
 
 MANIFEST = "manifest.json"
 # What a sweep writes into its run folder (docs/DESIGN.md, "Files"); `begin` removes exactly
@@ -40,8 +39,9 @@ OUTPUT_FOLDERS = ("scores", "records", "evidence", "judge", "tables")
 NOT_OUTPUTS = (MANIFEST, "_lease.json")
 
 
-class RunNotFinished(InputError):
-    """The run folder is being written, was killed, or mixes outputs of different runs."""
+class RunNotFinished(ValueError):
+    """The run folder is being written, was killed, or mixes outputs of different runs (jobs exit 2
+    with its message: `pipeline.cli.guarded`)."""
 
 
 def new_run_id() -> str:

@@ -19,7 +19,7 @@ import tarfile
 
 from operators.hashing import digest, image_hash
 from operators.images import byte_range_uri, pack_path
-from pipeline.benchmarks.io import BadRecord, Folder, image_extension
+from pipeline.store.folder import BadRecord, Folder, image_extension
 
 
 class ImagePack:

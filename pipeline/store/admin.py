@@ -11,7 +11,7 @@ backbone or generator (`answers/<backbone>/`, `generations/<name>/`, `grounding/
   read; safe to delete once no run is writing (gc waits until they are old);
 - `_quarantine/*`: parts a reader found unusable and moved aside; their keys were computed
   again, so they are kept only for inspection (and key indexes that disagreed with their part);
-- `part-k...parquet.keyidx`: the key index of a compacted part (`pipeline.key_index`), written
+- `part-k...parquet.keyidx`: the key index of a compacted part (`pipeline.store.key_index`), written
   by `compact` after its part; derived data, so a bad one is rewritten, an orphan removed.
 
 The stages check the parts they need on every run (`PartStore.missing`); this module checks
@@ -33,9 +33,8 @@ import pyarrow.compute as pc
 from operators import schema
 from operators.hashing import digest_chunks
 from operators.images import PACKS
-from pipeline.key_index import SUFFIX
-from pipeline.storage import retrying
-from pipeline.store import (
+from pipeline.store.key_index import SUFFIX
+from pipeline.store.parts import (
     COMPACT_SMALL_ROWS,
     COMPACT_TARGET_ROWS,
     COMPACTED,
@@ -47,6 +46,7 @@ from pipeline.store import (
     _is_local,
     filesystem,
 )
+from pipeline.store.settings import retrying
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +292,7 @@ def compact(root: str, *, target_rows: int = COMPACT_TARGET_ROWS, small_rows: in
     Runs may keep writing while this runs: compaction only merges the parts it listed, and
     writes the merged part before it removes them. Returns one summary per folder.
     """
-    from pipeline.lease import Lease
+    from pipeline.store.lease import Lease
 
     schemas = _schemas()
     summaries = []
@@ -315,7 +315,7 @@ def compact_between_windows(store: PartStore) -> None:
     this window k would read the parts of all k-1 windows before it (quadratic in the night);
     with it, it searches one index per earlier window. Under the folder's lease (as
     `compact`); a folder leased elsewhere is left for later."""
-    from pipeline.lease import Lease, LeaseHeld
+    from pipeline.store.lease import Lease, LeaseHeld
 
     try:
         with Lease(store.url, what=f"compact {store.url}"):

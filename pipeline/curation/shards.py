@@ -7,7 +7,7 @@ A shard is one file, local or on any fsspec store (s3://...):
 - WebDataset tar (`.tar`, `.tar.gz`, `.tgz`): members `<key>.<ext>` grouped by key; the
   image is the first of `.jpg .jpeg .png .webp`, the caption is `.txt` (stripped) or the
   caption field of `.json`. Read whole into memory and its members sliced out by a walker
-  of tar headers (pipeline.tar_walk); a tar that walker cannot read exactly is read with
+  of tar headers (pipeline.curation.tar_walk); a tar that walker cannot read exactly is read with
   the standard library's tarfile, streaming, as before.
 
 `read_shard` returns the shard's ORIGINAL rows as an Arrow table (what filtered outputs
@@ -34,9 +34,9 @@ from fsspec.core import url_to_fs
 
 from operators.hashing import digest
 from operators.images import ImageError, decode_image
-from pipeline.benchmarks.io import BadRecord, Folder
-from pipeline.image_packs import ImagePack
-from pipeline.tar_walk import FileBlocks, Unsupported, regular_members, tar_bytes
+from pipeline.curation.tar_walk import FileBlocks, Unsupported, regular_members, tar_bytes
+from pipeline.store.folder import BadRecord, Folder
+from pipeline.store.image_packs import ImagePack
 
 FORMATS = {".parquet": "parquet", ".tar": "webdataset", ".tar.gz": "webdataset", ".tgz": "webdataset"}
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
@@ -329,7 +329,7 @@ def shard_pairs(
     hash_column: str | None = None,
 ) -> pa.Table:
     """One PAIRS row per input row; embedded image bytes are written under `images`, as one
-    pack per shard (pipeline.image_packs).
+    pack per shard (pipeline.store.image_packs).
 
     `reserved` names output columns the shard must not already have (score columns), so
     the filtered output can keep every original column unchanged. Embedded images are hashed
@@ -468,7 +468,7 @@ def _webdataset_caption(record: dict, caption_field: str) -> str | None:
 
 
 # -- Ray Data tasks -------------------------------------------------------------------------------
-# They live here, not in pipeline.curation, so that a worker imports only what reading and
+# They live here, not in pipeline.curation.run, so that a worker imports only what reading and
 # writing shards needs (worker start-up dominates small nights).
 
 
@@ -491,7 +491,7 @@ def publish_task(batch: pa.Table) -> pa.Table:
     describes what was published). Batch columns: shard_id, uri, format, decisions (Parquet
     bytes), filtered_url, decisions_url. Returns ERRORS rows for shards that failed."""
     from operators.schema import ERRORS, conform
-    from pipeline.store import write_table
+    from pipeline.store.parts import write_table
 
     problems = []
     for r in batch.to_pylist():

@@ -8,7 +8,7 @@ object stores a single PUT (or a completed multipart upload) is atomic. A run th
 killed therefore leaves only whole parts, and the next run computes just the keys that are
 missing (anti-join).
 
-Every read and write is retried on transient errors (`pipeline.storage.retrying`): writes
+Every read and write is retried on transient errors (`pipeline.store.settings.retrying`): writes
 can be repeated safely because a file's bytes are fixed by its name. Listings and existence
 checks drop fsspec's cached directory listings first, since other processes (answer
 actors, a concurrent run) add parts behind this process's back.
@@ -16,7 +16,7 @@ actors, a concurrent run) add parts behind this process's back.
 Finding keys reads no more than it must. `compact` (under the store folder's lease) merges
 the small parts the workers write into big ones, sorted by key, bucketed by the key's first
 characters (`part-k<bucket>-n<rows>-<digest>.parquet`), in row groups of `ROW_GROUP_ROWS`, each
-followed by its key index (`<part>.keyidx`, `pipeline.key_index`: sorted 64-bit key prefixes).
+followed by its key index (`<part>.keyidx`, `pipeline.store.key_index`: sorted 64-bit key prefixes).
 A check of which keys are stored (`missing`) or a read of given keys (`read(keys=...)`) takes
 the compacted parts whose bucket can hold one of the keys, searches their indexes, and reads
 only the row groups holding a candidate (ranged reads on object stores), confirming each by
@@ -28,7 +28,7 @@ removes the small ones, so every key stays readable throughout (readers drop a k
 The store checks itself: a part that cannot be parsed (truncated, overwritten by hand, wrong
 columns) is logged with its path and moved aside to `<store>/_quarantine/` (never deleted),
 so its keys count as missing and are computed again; writing a part whose name exists but
-whose file is bad replaces it. `pipeline.store_admin` verifies and cleans whole stores.
+whose file is bad replaces it. `pipeline.store.admin` verifies and cleans whole stores.
 """
 from __future__ import annotations
 
@@ -52,8 +52,8 @@ import pyarrow.parquet as pq
 
 from operators import schema as schema_mod
 from operators.hashing import keys_digest
-from pipeline.key_index import ROW_GROUP_ROWS, SUFFIX, BadIndex, KeyIndex, Window, key_prefixes
-from pipeline.storage import retrying
+from pipeline.store.key_index import ROW_GROUP_ROWS, SUFFIX, BadIndex, KeyIndex, Window, key_prefixes
+from pipeline.store.settings import retrying
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +278,7 @@ class PartStore:
             raise BadPart(path, "null keys")
         return table
 
-    # -- the key index of compacted parts (pipeline.key_index) -----------------------------
+    # -- the key index of compacted parts (pipeline.store.key_index) -----------------------------
     def _index(self, path: str, version: tuple | None = None) -> KeyIndex:
         """The key index of a compacted part; raises BadIndex, FileNotFoundError. With the
         index file's `version` (size, mtime or ETag) from a listing, a copy this process
@@ -472,7 +472,7 @@ class PartStore:
         """Merge small parts into compacted parts (sorted by key, one key bucket each, row
         groups of `ROW_GROUP_ROWS`), each followed by its key index.
 
-        Call under the store folder's lease (`pipeline.store_admin.compact` takes it), so two
+        Call under the store folder's lease (`pipeline.store.admin.compact` takes it), so two
         compactions never race; workers may keep writing new parts meanwhile. Order of work:
         the merged parts (then their indexes) are written completely first, the small parts
         removed after, so a reader always finds every key, and a compaction killed midway
