@@ -43,7 +43,7 @@ import polars as pl
 import pyarrow as pa
 
 from pipeline.config import NO_QUESTION_POLICIES, ProtocolSpec
-from pipeline.stats import bootstrap, choice
+from pipeline.stats import bootstrap, choice, exact
 from pipeline.stats.correlation import MIN_ITEMS, DegenerateInputWarning, kendall, pearson, plcc, srcc
 from pipeline.stats.pairwise import pairwise_accuracy
 
@@ -305,7 +305,7 @@ class _Choice:
         if n_resamples and credit.size >= 2:
             stat = bootstrap.ratio_statistic(credit, np.ones(credit.size))
             interval = bootstrap.group_interval(stat, credit.size, n_resamples=n_resamples, seed=seed)
-        return _Value(float(credit.mean()), credit.size, note, interval)
+        return _Value(exact.mean(credit), credit.size, note, interval)  # the interval's estimate, bit for bit
 
     def paired(self, other: _Choice, statistic: str, n_resamples: int, seed: int):
         common = sorted(set(self.group_ids) & set(other.group_ids))
@@ -315,7 +315,7 @@ class _Choice:
         position_b = {g: i for i, g in enumerate(other.group_ids)}
         a = self.credit[statistic][[position_a[g] for g in common]]
         b = other.credit[statistic][[position_b[g] for g in common]]
-        difference = bootstrap.mean_difference_statistic(a, b)  # per-group differences: an exact estimate
+        difference = bootstrap.mean_difference_statistic(a, b)  # exact for discrete credit
         delta = float(difference(np.ones((1, len(common))))[0])
         if not n_resamples or len(common) < 2:
             return delta, None, len(common)

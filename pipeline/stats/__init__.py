@@ -6,6 +6,8 @@ One idea per module:
 - `pairwise`: exact tie-calibrated pairwise accuracy (acc23);
 - `choice`: Winoground text/image/group accuracy and multiple-choice accuracy with tie policies;
 - `bootstrap`: group-resampling BCa intervals, single and paired (equal to scipy.stats.bootstrap);
+- `exact`: discrete statistics (0/1 and 1/k credits) as whole numbers over one denominator, so
+  equal accuracies are equal floats and BCa counts ties as ties;
 - `group_statistics`: SRCC / Kendall / Pearson of group multiplicities, with resamples in
   O(N) / O(N log D) each and exact fast leave-one-group-out jackknives (`dominance`: the
   quadrant counts they need);

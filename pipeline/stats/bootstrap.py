@@ -14,6 +14,9 @@ interval follows scipy's `_bca_interval` step for step, so an interval equals
 jackknife: scipy recomputes the statistic once per left-out group (quadratic in items for a
 rank statistic); a `Statistic` may instead carry an exact leave-one-group-out shortcut
 (`pipeline.stats.group_statistics`), which makes an interval linear (up to logs) in items.
+
+Accuracies and their differences are computed in whole numbers (`pipeline.stats.exact`): a
+resample equal to the estimate is an equal float, which BCa's bias correction counts as a tie.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import ndtr, ndtri
 
+from pipeline.stats import exact
 from pipeline.stats.correlation import check_pair
 from pipeline.stats.group_statistics import kendall_statistic, pearson_statistic, srcc_statistic
 from pipeline.stats.statistic import _BATCH, Statistic, as_statistic, naive_jackknife
@@ -62,12 +66,18 @@ def ratio_statistic(numerator, denominator) -> GroupStatistic:
     """sum(numerator) / sum(denominator) over resampled groups: accuracy, a share, a mean.
 
     With one value per group and denominator 1 this is the mean of per-group scores
-    (Winoground, NegBench); with per-caption counts it is a share of questions.
+    (Winoground, NegBench); with per-caption counts it is a share of questions. Discrete
+    values (0/1 and 1/k credits, counts) are summed as whole numbers and divided once, so
+    equal ratios are equal floats and BCa counts resamples equal to the estimate as ties
+    (`pipeline.stats.exact`); other values are summed in floating point.
     """
     numerator = np.asarray(numerator, dtype=np.float64)
     denominator = np.asarray(denominator, dtype=np.float64)
     if numerator.shape != denominator.shape or numerator.ndim != 1:
         raise ValueError(f"numerator and denominator must be 1-D and equal in length: {numerator.shape} vs {denominator.shape}")
+    exact_ratio = _exact_ratios((numerator, denominator))
+    if exact_ratio is not None:
+        return exact_ratio
 
     def statistic(counts: np.ndarray) -> np.ndarray:
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -77,21 +87,51 @@ def ratio_statistic(numerator, denominator) -> GroupStatistic:
         with np.errstate(invalid="ignore", divide="ignore"):
             return (numerator.sum() - numerator) / (denominator.sum() - denominator)
 
-    return Statistic(statistic, leave_one_out)
+    return Statistic(statistic, leave_one_out, ratio=(numerator, denominator))
+
+
+def _exact_ratios(first, second=None) -> Statistic | None:
+    """The ratio `first` = (numerator, denominator), or first's ratio minus second's, from
+    whole-number sums and one division; None when the values are not small fractions or a
+    sum or product could leave float64's exact integers.
+
+    a/b - c/d is (a d - c b) / (b d): every step exact, one rounding at the end.
+    """
+    arrays = [*first, *(second or ())]
+    scale = exact.common_scale(*arrays)
+    if scale is None:
+        return None
+    whole = np.column_stack([exact.scaled(a, scale) for a in arrays])
+    reach = whole.shape[0] * float(np.abs(whole).max(initial=0.0))  # |a sum| over any resample
+    if (reach if second is None else 2 * reach**2) >= exact.EXACT_BELOW:
+        return None
+
+    def value(sums: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            if second is None:
+                return sums[:, 0] / sums[:, 1]
+            return (sums[:, 0] * sums[:, 3] - sums[:, 2] * sums[:, 1]) / (sums[:, 1] * sums[:, 3])
+
+    def statistic(counts: np.ndarray) -> np.ndarray:
+        return value(counts @ whole)  # whole numbers times whole counts: exact sums
+
+    def leave_one_out() -> np.ndarray:
+        return value(whole.sum(axis=0) - whole)
+
+    return Statistic(statistic, leave_one_out, ratio=first if second is None else None)
 
 
 def mean_difference_statistic(values_a, values_b) -> Statistic:
-    """Mean of per-group differences a - b: a paired accuracy difference, computed directly.
+    """Mean of a minus mean of b over the same resampled groups: a paired accuracy difference.
 
-    Subtracting two ratios (mean(a) - mean(b)) leaves rounding error in the point estimate
-    (-0.02250000000000002 for -0.0225), so resamples equal to it are miscounted by BCa's
-    bias correction; the mean of the differences has no such error.
+    Exact for discrete credits (see `difference`): mean(a) - mean(b) in floating point gives
+    -0.024999999999999967 for -0.025, and BCa then miscounts the resamples equal to it.
     """
     a = np.asarray(values_a, dtype=np.float64)
     b = np.asarray(values_b, dtype=np.float64)
     if a.shape != b.shape:
         raise ValueError(f"paired per-group values differ in length: {a.size} vs {b.size}")
-    return ratio_statistic(a - b, np.ones(a.size))
+    return difference(ratio_statistic(a, np.ones(a.size)), ratio_statistic(b, np.ones(b.size)))
 
 
 def item_statistic(function: Callable[[np.ndarray, np.ndarray], float], metric, human, groups: np.ndarray) -> GroupStatistic:
@@ -115,8 +155,16 @@ def item_statistic(function: Callable[[np.ndarray, np.ndarray], float], metric, 
 
 
 def difference(statistic_a, statistic_b) -> Statistic:
-    """statistic_a - statistic_b on the same resamples (and the same left-out groups)."""
+    """statistic_a - statistic_b on the same resamples (and the same left-out groups).
+
+    Two ratios of discrete values (accuracies, shares) become one exact ratio, so the
+    difference is rounded once and resamples equal to the estimate are equal floats.
+    """
     a, b = as_statistic(statistic_a), as_statistic(statistic_b)
+    if a.ratio is not None and b.ratio is not None:
+        exact_difference = _exact_ratios(a.ratio, b.ratio)
+        if exact_difference is not None:
+            return exact_difference
     shortcut = None
     if a.leave_one_out is not None and b.leave_one_out is not None:
         def shortcut():

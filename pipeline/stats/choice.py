@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from pipeline.stats import exact
+
 TIE_POLICIES = ("expected", "strict", "first")
 
 
@@ -39,8 +41,7 @@ class WinogroundResult:
 
     def accuracy(self, which: str) -> float:
         """`which` is text, image or group (also accepted: text_acc, image_acc, group_acc)."""
-        values = getattr(self, which.removesuffix("_acc"))
-        return float(values.mean()) if values.size else float("nan")
+        return exact.mean(getattr(self, which.removesuffix("_acc")))
 
 
 @dataclass(frozen=True)
@@ -58,13 +59,13 @@ class ChoiceResult:
 
     @property
     def accuracy(self) -> float:
-        return float(self.credit.mean()) if self.credit.size else float("nan")
+        return exact.mean(self.credit)  # 1/k credits summed exactly, as the bootstrap does
 
     def by_template(self) -> dict[str, tuple[float, int]]:
         """Template -> (accuracy, number of groups); groups without a template are left out."""
         templates = np.array([t if t is not None else "" for t in self.templates])
         return {
-            str(name): (float(self.credit[templates == name].mean()), int(np.count_nonzero(templates == name)))
+            str(name): (exact.mean(self.credit[templates == name]), int(np.count_nonzero(templates == name)))
             for name in sorted(set(templates) - {""})
         }
 

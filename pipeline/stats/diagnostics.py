@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from pipeline.stats import bootstrap
+from pipeline.stats import bootstrap, exact
 from pipeline.stats.correlation import as_float_array, check_pair
 
 UNDECIDED_BELOW = 0.2  # commitment under this: the caption barely fixes the answer
@@ -129,9 +129,9 @@ def choice_weighting_gain(
     low, cut = least_committed(group_commitment)
     gains = []
     for subset, mask, threshold in (("all", np.ones(weighted.size, bool), None), ("least_committed", low, cut)):
-        difference = bootstrap.mean_difference_statistic(weighted[mask], unweighted[mask])  # exact estimate
+        difference = bootstrap.mean_difference_statistic(weighted[mask], unweighted[mask])  # exact for discrete credit
         interval = bootstrap.group_interval(difference, int(mask.sum()), n_resamples=n_resamples, seed=seed)
         gains.append(
-            WeightingGain(subset, float(weighted[mask].mean()), float(unweighted[mask].mean()), interval, int(mask.sum()), threshold)
+            WeightingGain(subset, exact.mean(weighted[mask]), exact.mean(unweighted[mask]), interval, int(mask.sum()), threshold)
         )
     return gains

@@ -16,6 +16,8 @@ class Statistic:
     a - b, whose bootstrap distribution is the difference of the parts' (same resamples);
     `distributions` caches a statistic's bootstrap distribution per (n_groups, n_resamples,
     seed), so a metric's interval and its paired delta draw and compute each resample once.
+    `ratio` = (numerator, denominator) marks sum(numerator) / sum(denominator) over groups, so
+    that `bootstrap.difference` can subtract two ratios exactly.
     """
 
     def __init__(
@@ -23,10 +25,12 @@ class Statistic:
         function: Callable[[np.ndarray], np.ndarray],
         leave_one_out: Callable[[], np.ndarray] | None = None,
         parts: tuple[Statistic, Statistic] | None = None,
+        ratio: tuple[np.ndarray, np.ndarray] | None = None,
     ):
         self.function = function
         self.leave_one_out = leave_one_out
         self.parts = parts
+        self.ratio = ratio
         self.distributions: dict[tuple[int, int, int], np.ndarray] = {}
 
     def __call__(self, counts: np.ndarray) -> np.ndarray:
