@@ -247,7 +247,7 @@ def assert_same_results(scores: pl.DataFrame, statistics: pl.DataFrame, referenc
 
 def assert_nothing_heavy_uploaded(package: Path) -> None:
     files = [p.relative_to(package) for p in package.rglob("*")]
-    assert (package / "jobs" / "sweep.py").is_file() and (package / "pipeline" / "store.py").is_file()
+    assert (package / "jobs" / "sweep.py").is_file() and (package / "pipeline" / "store" / "parts.py").is_file()
     uploaded = [f for f in files if set(f.parts) & set(NEVER_UPLOADED) or f.parts[0].endswith(".egg-info")]
     assert not uploaded, f"uploaded with the working dir: {uploaded[:10]}"
     size = sum(p.stat().st_size for p in package.rglob("*") if p.is_file())
