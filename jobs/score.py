@@ -15,7 +15,8 @@ import logging
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runnable from a fresh clone
+if not __package__:  # run as a file (python jobs/<job>.py): this checkout's code, from a fresh clone
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from omegaconf import OmegaConf  # noqa: E402
 

@@ -26,7 +26,8 @@ import math
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # runnable from a fresh clone
+if not __package__:  # run as a file (python jobs/<job>.py): this checkout's code, from a fresh clone
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline.cli import guarded  # noqa: E402
 from pipeline.curation.prune import PruneError, prune_gone_shards  # noqa: E402

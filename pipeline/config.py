@@ -4,7 +4,8 @@ A run's configuration is one `SweepConfig` (a preset from conf/sweep/ plus comma
 overrides) that names backbones and benchmarks; each of those is its own YAML file
 (conf/backbones/<name>.yaml, conf/benchmarks/<name>.yaml), so adding a backbone is adding
 a file. `load_config` resolves and validates everything before any work starts, and a bad
-value fails with a `ConfigError` that names the key.
+value fails with a `ConfigError` that names the key. Folders named in $DEPICT_CONF are
+searched first, so users add or shadow config files without editing the shipped ones.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -21,7 +23,21 @@ from operators.engines.spec import BackboneSpec
 from operators.judge import JUDGE_KINDS
 from operators.views import FILLS
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+# Folders of the user's own configs, searched before the shipped ones (os.pathsep-separated).
+CONF_ENV = "DEPICT_CONF"
+
+
+def shipped_conf_dir() -> Path:
+    """The configs that come with the code. An installed wheel holds conf/ as package data
+    (pipeline/conf/, see pyproject.toml); a clone, `pip install -e` and the working dir that
+    `ray job submit` uploads have the top-level conf/ beside the packages."""
+    packaged = resources.files("pipeline") / "conf"
+    if packaged.is_dir():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parent.parent / "conf"
+
+
+CONF_DIR = shipped_conf_dir()
 
 ENGINES = ("hf", "vllm", "scripted")
 PROBABILITIES = ("normalized", "raw")
@@ -150,6 +166,10 @@ class ComputeSpec:
     engines_per_backbone: int = 1  # actor-pool size: engine replicas of one backbone
     # GPUs per engine replica; None: tensor_parallel_size for vllm, 0 for hf/scripted on CPU
     gpus_per_engine: float | None = None
+    # An engine asking more GPUs than any node has fails at once (on a cluster without GPUs a vLLM
+    # engine runs on vLLM's CPU build when that is installed). true: wait for nodes that an
+    # autoscaler will add instead.
+    wait_for_gpus: bool = False
     cpus_per_engine: float = 1.0
     rows_per_part: int = 256  # requests per stored part (resume granularity: a kill loses at most the unfinished parts)
     rows_per_batch: int = 4096  # requests per worker call (Ray's fixed cost is paid per batch); holds whole parts
@@ -334,10 +354,30 @@ def _absolute(path: str) -> str:
     return str(Path(os.path.expanduser(path)).resolve())
 
 
+def conf_dirs(conf_dir: Path | str | None = None) -> list[Path]:
+    """Where configs are looked up, first match wins: `conf_dir` alone when given (a test's
+    own folder), else the folders named in $DEPICT_CONF, then the shipped configs."""
+    if conf_dir:
+        return [Path(conf_dir)]
+    extra = [Path(p).expanduser().resolve() for p in os.environ.get(CONF_ENV, "").split(os.pathsep) if p.strip()]
+    for folder in extra:
+        if not folder.is_dir():
+            raise ConfigError(CONF_ENV, f"no folder {folder} (${CONF_ENV} names folders of your own configs)")
+    return [*extra, CONF_DIR]
+
+
+def _read_conf(dirs: Sequence[Path], kind: str, name: str, key: str) -> DictConfig:
+    """`<kind>/<name>.yaml` from the first folder that has it (a user's file shadows a shipped one)."""
+    for folder in dirs:
+        path = folder / kind / f"{name}.yaml"
+        if path.exists():
+            return _read_yaml(path, key)
+    choices = sorted({p.stem for folder in dirs for p in (folder / kind).glob("*.yaml")})
+    tried = " or ".join(str(folder / kind / f"{name}.yaml") for folder in dirs)
+    raise ConfigError(key, f"no file {tried} (available: {', '.join(choices) or 'none'})")
+
+
 def _read_yaml(path: Path, key: str) -> DictConfig:
-    if not path.exists():
-        choices = sorted(p.stem for p in path.parent.glob("*.yaml"))
-        raise ConfigError(key, f"no file {path} (available: {', '.join(choices) or 'none'})")
     try:
         cfg = OmegaConf.load(path)
     except Exception as exc:  # yaml errors carry line numbers; keep them
@@ -405,10 +445,11 @@ def load_config(
     `overrides` (a nested dict, applied last) is the programmatic twin of the command line.
     Other jobs reuse this with their own schema (a SweepConfig subclass) and preset folder,
     e.g. curation: `schema=CurationConfig, preset_key="curation"` reads conf/curation/.
+    Files are looked up in $DEPICT_CONF's folders, then the shipped conf/ (`conf_dirs`).
     """
-    conf = Path(conf_dir) if conf_dir else CONF_DIR
+    conf = conf_dirs(conf_dir)
     preset, cli = parse_overrides(args, preset_key=preset_key)
-    preset_cfg = _read_yaml(conf / preset_key / f"{preset}.yaml", preset_key)
+    preset_cfg = _read_conf(conf, preset_key, preset, preset_key)
     layers = [preset_cfg, cli] + ([OmegaConf.create(overrides)] if overrides else [])
     merged = _structured(schema, *layers, key=preset_key)
     sweep: SweepConfig = _to_object(merged, preset_key)
@@ -422,7 +463,7 @@ def load_config(
     backbones = {}
     for i, name in enumerate(dict.fromkeys(backbone_names)):
         key = f"backbones[{i}]" if name in sweep.backbones else "questions.generator"
-        layers = [_read_yaml(conf / "backbones" / f"{name}.yaml", key)]
+        layers = [_read_conf(conf, "backbones", name, key)]
         if name in sweep.backbone_overrides:
             layers.append(OmegaConf.create(sweep.backbone_overrides[name]))
         spec: BackboneSpec = _to_object(_structured(BackboneSpec, *layers, key=f"backbone {name}"), f"backbone {name}")
@@ -430,7 +471,7 @@ def load_config(
 
     benchmarks = {}
     for i, name in enumerate(dict.fromkeys(sweep.benchmarks)):
-        raw = _read_yaml(conf / "benchmarks" / f"{name}.yaml", f"benchmarks[{i}]")
+        raw = _read_conf(conf, "benchmarks", name, f"benchmarks[{i}]")
         layers = [raw]
         if name in sweep.benchmark_overrides:
             layers.append(OmegaConf.create(sweep.benchmark_overrides[name]))
@@ -446,7 +487,7 @@ def load_config(
         spec.root = _absolute(spec.root)
         benchmarks[name] = spec
 
-    prompts_cfg = _read_yaml(conf / "prompts" / f"{sweep.prompts}.yaml", "prompts")
+    prompts_cfg = _read_conf(conf, "prompts", sweep.prompts, "prompts")
     templates = {k: v for k, v in OmegaConf.to_container(prompts_cfg).items() if k != "version"}
     prompts = PromptSet(version=str(prompts_cfg.get("version", sweep.prompts)), templates=templates)
 
