@@ -14,9 +14,9 @@ statistic, metric, baseline, delta, ci_low, ci_high, significant, n_groups`.
 
 What is computed (SPEC section 4):
 - correlation: srcc, kendall (tau-b, as scipy.stats.kendalltau), pearson (plain), plcc (4PL;
-  a failed fit is NaN with the reason in `note`, a binding bound is noted, a fit below
-  Pearson falls back to the line), pairwise_acc (acc23 with tie calibration; the chosen
-  epsilon is in `note`);
+  bounded starts, then an unbounded refit; a failed fit is NaN with the reason in `note`, a
+  bound the kept fit ends on is noted, a fit below Pearson falls back to the line),
+  pairwise_acc (acc23 with tie calibration; the chosen epsilon is in `note`);
 - winoground: text_acc, image_acc, group_acc (strict: a tie fails);
 - multiple_choice: accuracy with the protocol's tie policy.
 Subsets: `all`, plus `tag=<t>`, `basic`, `advanced` (breakdown "tags"), `template=<t>`

@@ -2,7 +2,8 @@
 
 One idea per module:
 - `correlation`: SRCC, Kendall tau-b, plain Pearson, PLCC after a 4-parameter logistic fit
-  (signed; failed fits and binding bounds reported, never below plain Pearson);
+  (signed; bounded starts then an unbounded refit, the references' optimum; failed fits
+  reported, never below plain Pearson: the fallback to the line is named in the note);
 - `pairwise`: exact tie-calibrated pairwise accuracy (acc23);
 - `choice`: Winoground text/image/group accuracy and multiple-choice accuracy with tie policies;
 - `bootstrap`: group-resampling BCa intervals, single and paired (equal to scipy.stats.bootstrap);

@@ -152,15 +152,21 @@ def _starting_points(x: np.ndarray, y: np.ndarray, slope: float) -> list[tuple[f
 def plcc(x, y, *, maxfev: int = 200) -> LogisticCorrelation:
     """Pearson correlation of human `y` with its 4PL fit on metric `x`, signed (see module doc).
 
-    Least squares (scipy.optimize.least_squares with bounds, what curve_fit runs, called
-    directly so a fit that reaches `maxfev` evaluations is not thrown away) from a few
-    starting points on z-scored data; the best fit wins. A fit that raises, gives non-finite
-    parameters, a flat prediction, or a worse fit than a straight line is a failure: value
-    NaN, `fit_ok` False and `note` saying which. Fewer than 5 items also give NaN (a
-    4-parameter curve fits 4 points exactly). The fit is bounded (plateaus, centre, width in
-    z-units); `note` names every bound the fit ends on. If the bounded fit's PLCC is below
-    plain Pearson in magnitude, the linear fit is reported instead (value = Pearson,
-    `fit_ok` False, `note` says so): a PLCC is never below the straight line's correlation.
+    Least squares on z-scored data in two steps. First a bounded fit (plateaus, centre, width
+    in z-units) from a few starting points, the best of which wins: the bounds keep a start
+    from drifting off on a flat objective. Then an unbounded refit (Levenberg-Marquardt, what
+    the references' curve_fit runs) from that best fit, kept when it fits better: the optimum
+    often lies beyond the bounds (a saturating relation puts a plateau far away, a
+    near-linear one wants a very wide curve), and a bounded fit stopped there is below the
+    references' PLCC. Each fit may use `maxfev` evaluations per start (the refit ten times
+    that); one still improving at its limit is kept, and `note` says so.
+
+    A fit that raises, gives non-finite parameters, a flat prediction, or a worse fit than a
+    straight line is a failure: value NaN, `fit_ok` False and `note` saying which. Fewer than
+    5 items also give NaN (a 4-parameter curve fits 4 points exactly). If only the bounded fit
+    is usable, `note` names every bound it ends on. Fallback rule: if the fit's PLCC is below
+    plain Pearson in magnitude, the linear fit is reported instead (value = Pearson, `fit_ok`
+    False, `note` says so): a PLCC is never below the straight line's correlation.
     """
     x, y = check_pair(x, y)
     note = constant_note(x, y)
@@ -176,53 +182,62 @@ def plcc(x, y, *, maxfev: int = 200) -> LogisticCorrelation:
     xs, ys = (x - mx) / sx, (y - my) / sy
     line = np.polyfit(xs, ys, 1)
     slope, sse_linear = float(line[0]), float(np.sum((ys - np.polyval(line, xs)) ** 2))
-    # In z-units y spans a few units; these bounds still allow a near-linear curve (width 20,
-    # plateaus at +-50) while stopping the drift towards infinite width that a linear
-    # relation otherwise causes (and that exhausts the evaluation budget).
+    # In z-units y spans a few units; these bounds allow a near-linear curve (width 20,
+    # plateaus at +-50) while stopping the starts' drift towards infinite width on a flat
+    # objective. They are no model constraint: the unbounded refit below may leave them.
     bounds = ([-50.0, -50.0, -20.0, 1e-3], [50.0, 50.0, 20.0, 20.0])
-    best, best_sse, errors, stopped, active = None, np.inf, [], False, None
+    best, errors = None, []
     for start in _starting_points(xs, ys, slope):
-        try:
-            fit = optimize.least_squares(
-                lambda p: logistic4(xs, *p) - ys,
-                start,
-                jac=lambda p: _logistic4_jacobian(xs, *p),
-                bounds=bounds,
-                max_nfev=maxfev,
-            )
-        except (ValueError, np.linalg.LinAlgError) as exc:
-            errors.append(str(exc).splitlines()[0])
-            continue
-        if not np.all(np.isfinite(fit.x)):
-            errors.append("non-finite parameters")
-            continue
-        sse = 2.0 * float(fit.cost)
-        if sse < best_sse:
-            best, best_sse, stopped, active = fit.x, sse, fit.status == 0, getattr(fit, "active_mask", None)
+        fit = _fit(xs, ys, start, errors, bounds=bounds, max_nfev=maxfev)
+        if fit is not None and (best is None or fit.cost < best.cost):
+            best = fit
     if best is None:
         return _failed(x.size, linear, "logistic fit failed from every start: " + "; ".join(errors))
-    fitted = logistic4(xs, *best)
+    refit = _fit(xs, ys, best.x, errors, method="lm", max_nfev=10 * maxfev)
+    bounded = refit is None or not refit.cost < best.cost
+    if not bounded:
+        best = refit
+    best_sse = 2.0 * float(best.cost)
+    fitted = logistic4(xs, *best.x)
     if np.std(fitted) <= 1e-9:
         return _failed(x.size, linear, "logistic fit is flat (constant prediction)")
     if best_sse > sse_linear * (1 + 1e-3) + 1e-4 * x.size:
         return _failed(x.size, linear, f"logistic fit is worse than a straight line (SSE {best_sse:.4g} > {sse_linear:.4g})")
 
-    b1, b2, b3, b4 = (float(v) for v in best)
+    b1, b2, b3, b4 = (float(v) for v in best.x)
     direction = 1.0 if b1 >= b2 else -1.0
     value = direction * float(np.corrcoef(ys, fitted)[0, 1])
     params = (float(my + sy * b1), float(my + sy * b2), float(mx + sx * b3), float(sx * abs(b4)))
     # A fit still improving at the evaluation limit (flat objective, e.g. an unrelated metric)
     # is kept: it already fits at least as well as a line. The note says so.
-    notes = [f"fit stopped at the evaluation limit ({maxfev})"] if stopped else []
-    binding = _binding_bounds(best, active, bounds)
+    limit = maxfev if bounded else 10 * maxfev
+    notes = [f"fit stopped at the evaluation limit ({limit})"] if best.status == 0 else []
+    binding = _binding_bounds(best.x, getattr(best, "active_mask", None), bounds) if bounded else []
     if binding:
         notes.append("4PL bound binds: " + ", ".join(binding))
     if abs(value) < abs(linear):
-        # The bounded curve fits worse than the line it contains in the limit: report the
-        # linear fit (its correlation is plain Pearson) rather than a PLCC below Pearson.
+        # The curve fits worse than the line it contains in the limit: report the linear fit
+        # (its correlation is plain Pearson) rather than a PLCC below Pearson.
         notes.append(f"4PL PLCC {value:.6g} below plain Pearson {linear:.6g}: linear fit used")
         return LogisticCorrelation(linear, x.size, "; ".join(notes), None, linear, False)
     return LogisticCorrelation(value, x.size, "; ".join(notes) or None, params, linear, True)
+
+
+def _fit(xs: np.ndarray, ys: np.ndarray, start, errors: list[str], **options):
+    """One least-squares fit of `logistic4` (scipy.optimize.least_squares, analytic Jacobian,
+    called directly so a fit that reaches its evaluation limit is not thrown away); None, with
+    the reason appended to `errors`, when it raises or ends on non-finite parameters."""
+    try:
+        fit = optimize.least_squares(
+            lambda p: logistic4(xs, *p) - ys, start, jac=lambda p: _logistic4_jacobian(xs, *p), **options
+        )
+    except (ValueError, np.linalg.LinAlgError) as exc:
+        errors.append(str(exc).splitlines()[0])
+        return None
+    if not np.all(np.isfinite(fit.x)) or not np.isfinite(fit.cost):
+        errors.append("non-finite parameters")
+        return None
+    return fit
 
 
 _PARAMETER_NAMES = ("upper plateau b1", "lower plateau b2", "centre b3", "width b4")
