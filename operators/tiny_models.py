@@ -1,9 +1,11 @@
 """Tiny random-weight models, built offline, so every code path runs without downloads.
 
-`builtin:tiny-vlm` (a Qwen3.5-architecture VLM) and `builtin:tiny-grounding-dino` are
-saved with `save_pretrained` and loaded back through the same `from_pretrained` calls real
-checkpoints go through. Their answers are meaningless (random weights): they exist to test
-plumbing — shapes, batching, padding, caching — end to end.
+`builtin:tiny-vlm` (a Qwen3.5-architecture VLM), `builtin:tiny-qwen3vl` and
+`builtin:tiny-qwen2vl` (the families vLLM's CPU build runs: text head_dim 32, float32) and
+`builtin:tiny-grounding-dino` are saved with `save_pretrained` and loaded back through the same
+`from_pretrained` calls real checkpoints go through (and, for the two vLLM ones, through
+`vllm.LLM`). Their answers are meaningless (random weights): they exist to test plumbing —
+shapes, batching, padding, caching, the real engines' agreement — end to end.
 
 A builder is deterministic: the same seed gives bit-identical weights and the same tokenizer.
 """
@@ -18,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 # Bump when a recipe changes, so cached copies built by the old recipe are not reused.
-RECIPE_VERSION = 2  # bump on any recipe change: it names the cache dir and enters answer keys
+RECIPE_VERSION = 3  # bump on any recipe change: it names the cache dir and enters answer keys
 
 SPECIAL_TOKENS = [
     "<|endoftext|>",
@@ -187,6 +189,96 @@ def build_tiny_vlm(path: str | os.PathLike, seed: int = 0) -> Path:
     return path
 
 
+# vLLM's CPU attention supports head sizes 32, 64, 80, ... (not 16): the vLLM builtins use 32.
+VLLM_HEAD_DIM = 32
+# Their chat template writes a BOS first, as Gemma's and Llama's do, so that the real engines show
+# the template's BOS kept once (vLLM must neither drop it nor add a second one).
+BOS_CHAT_TEMPLATE = "{{ bos_token }}" + CHAT_TEMPLATE
+
+
+def _qwen_vl_parts(image_processor_cls, processor_cls, patch_size: int, **video):
+    """Tokenizer (BOS: <|endoftext|>), processor and the token ids a Qwen-VL config names."""
+    tokenizer = _train_tokenizer()
+    tokenizer.bos_token = "<|endoftext|>"
+    token_id = tokenizer.convert_tokens_to_ids
+    processor = processor_cls(
+        image_processor=image_processor_cls(
+            patch_size=patch_size, merge_size=2,
+            # The processor never shrinks what the pipeline sends (max_image_pixels: 65536 in
+            # conf/backbones/tiny-*.yaml): vLLM 0.32 and transformers shrink a larger image to
+            # different token counts, as no real checkpoint's limits ever make them do.
+            size={"shortest_edge": (2 * patch_size) ** 2, "longest_edge": 65536},
+        ),
+        tokenizer=tokenizer,
+        chat_template=BOS_CHAT_TEMPLATE,
+        **video,
+    )
+    ids = {
+        "image_token_id": token_id("<|image_pad|>"),
+        "video_token_id": token_id("<|video_pad|>"),
+        "vision_start_token_id": token_id("<|vision_start|>"),
+        "vision_end_token_id": token_id("<|vision_end|>"),
+    }
+    text = {
+        "vocab_size": (len(tokenizer) + 63) // 64 * 64,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "max_position_embeddings": 4096,
+        "bos_token_id": token_id("<|endoftext|>"),
+        "eos_token_id": token_id("<|im_end|>"),
+        "pad_token_id": token_id("<|endoftext|>"),
+    }
+    return processor, ids, text
+
+
+def _save_seeded(model_cls, config, processor, path: Path, seed: int) -> Path:
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = model_cls(config).eval()
+    tokenizer = processor.tokenizer
+    model.generation_config.eos_token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    model.generation_config.pad_token_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    model.save_pretrained(path)
+    processor.save_pretrained(path)
+    return path
+
+
+def build_tiny_qwen3vl(path: str | os.PathLike, seed: int = 0) -> Path:
+    """Save a tiny Qwen3-VL (deepstack vision, interleaved M-RoPE) that vLLM's CPU build runs."""
+    from transformers import Qwen2VLImageProcessor, Qwen3VLConfig, Qwen3VLForConditionalGeneration, Qwen3VLProcessor, Qwen3VLVideoProcessor
+
+    processor, ids, text = _qwen_vl_parts(Qwen2VLImageProcessor, Qwen3VLProcessor, 16, video_processor=Qwen3VLVideoProcessor())
+    text |= {
+        "head_dim": VLLM_HEAD_DIM,
+        # mrope_section sums to head_dim / 2
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [6, 5, 5], "mrope_interleaved": True},
+    }
+    vision = {
+        "depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 1, "patch_size": 16, "spatial_merge_size": 2,
+        "temporal_patch_size": 2, "out_hidden_size": text["hidden_size"], "num_position_embeddings": 64, "deepstack_visual_indexes": [0],
+    }
+    config = Qwen3VLConfig(text_config=text, vision_config=vision, **ids)
+    return _save_seeded(Qwen3VLForConditionalGeneration, config, processor, Path(path), seed)
+
+
+def build_tiny_qwen2vl(path: str | os.PathLike, seed: int = 0) -> Path:
+    """Save a tiny Qwen2-VL (14-pixel patches, M-RoPE) that vLLM's CPU build runs."""
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessor, Qwen2VLProcessor, Qwen2VLVideoProcessor
+
+    processor, ids, text = _qwen_vl_parts(Qwen2VLImageProcessor, Qwen2VLProcessor, 14, video_processor=Qwen2VLVideoProcessor())
+    # head_dim = hidden / heads = 32; mrope_section sums to head_dim / 2
+    text |= {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [4, 6, 6]}}
+    vision = {"depth": 1, "embed_dim": 32, "hidden_size": text["hidden_size"], "mlp_ratio": 2, "num_heads": 1,
+              "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2}
+    config = Qwen2VLConfig(text_config=text, vision_config=vision, **ids)
+    return _save_seeded(Qwen2VLForConditionalGeneration, config, processor, Path(path), seed)
+
+
 def _wordpiece_vocab() -> list[str]:
     """BERT-style vocab with [CLS]=101, [SEP]=102, '.'=1012, '?'=1029 where GroundingDINO expects them."""
     fixed = {0: "[PAD]", 100: "[UNK]", 101: "[CLS]", 102: "[SEP]", 103: "[MASK]", 1012: ".", 1029: "?"}
@@ -248,6 +340,8 @@ def build_tiny_grounding_dino(path: str | os.PathLike, seed: int = 0) -> Path:
 
 BUILDERS: dict[str, Callable[..., Path]] = {
     "builtin:tiny-vlm": build_tiny_vlm,
+    "builtin:tiny-qwen3vl": build_tiny_qwen3vl,
+    "builtin:tiny-qwen2vl": build_tiny_qwen2vl,
     "builtin:tiny-grounding-dino": build_tiny_grounding_dino,
 }
 

