@@ -1,4 +1,6 @@
-"""Orchestration: configs, loaders, store, stages, statistics, reports.
+"""Orchestration: store/, benchmarks/, stages/, curation/, stats/, reports/, explore/ and the
+modules jobs call (config, sweep, scoring, metaeval, api, pairs, preflight, cli, runtime);
+docs/DESIGN.md maps what each owns and may import.
 
 `from pipeline import Scorer` is the Python API (pipeline/api.py); it is imported on first
 use so that importing any other pipeline module (in every Ray worker) stays light.
