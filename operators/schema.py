@@ -141,5 +141,15 @@ def conform(table: pa.Table, schema: pa.Schema, *, what: str = "table") -> pa.Ta
     return pa.Table.from_arrays(columns, schema=schema)
 
 
+def error_table(rows: list[dict]) -> pa.Table:
+    """Error rows (dicts with any subset of ERRORS' columns) as an ERRORS table.
+
+    Built against the schema, not inferred: `pa.Table.from_pylist` alone takes its columns
+    from the first row, so a list starting with a row that has no `item_id` or `detail`
+    silently dropped those fields from every row after it.
+    """
+    return pa.Table.from_pylist(rows, schema=ERRORS) if rows else ERRORS.empty_table()
+
+
 def empty(schema: pa.Schema) -> pa.Table:
     return schema.empty_table()

@@ -379,7 +379,7 @@ def wide_scores(pairs: Pairs, scores: pl.DataFrame, errors: pl.DataFrame, metric
 
 
 def _errors(rows: list[dict]) -> pa.Table:
-    return schema.conform(pa.Table.from_pylist(rows), schema.ERRORS) if rows else schema.ERRORS.empty_table()
+    return schema.error_table(rows)
 
 
 # -- small helpers ---------------------------------------------------------------------------------

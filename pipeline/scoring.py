@@ -31,7 +31,7 @@ from pipeline.stages.answers import AnswerReport, answer_store, plan_answers, ru
 from pipeline.stages.engine_stage import StageReport
 from pipeline.stages.evidence import run_evidence
 from pipeline.stages.judge import run_judge
-from pipeline.stages.scores import question_records, score_items
+from pipeline.stages.scores import errors_for_items, question_records, score_items
 from pipeline.store import parts as st
 from pipeline.store.admin import compact_between_windows
 
@@ -115,10 +115,13 @@ def score_items_all_backbones(items: pl.DataFrame, shipped: pl.DataFrame | None,
             plan = plan_answers(items, questions_by_backbone[name], backbone, cfg.prompts, sets, holistic)
         with timings("answers"):
             answers, report = run_answers(plan, backbone, cfg.prompts, s.store, s.compute)
+        report.errors = errors_for_items(report.errors, plan, items)
         out.reports.append(report)
         out.errors.append(report.errors)
         with timings("scores"):
-            scores = score_items(items, plan, answers, backbone=name, metric_ids=[m for m in s.metrics if is_answer_metric(m)], lam=s.lam, probability=s.probability)
+            scores = score_items(
+                items, plan, answers, backbone=name, metric_ids=[m for m in s.metrics if is_answer_metric(m)], lam=s.lam, probability=s.probability, errors=report.errors
+            )
             st.write_table(f"{out_dir}/scores/{name}.parquet", scores.to_arrow())
             records = question_records(plan, answers, name)
             if records.height:
@@ -210,6 +213,7 @@ def score_items_windowed(items: pl.DataFrame, shipped: pl.DataFrame | None, cfg:
                 plan = plan_answers(window, questions, backbone, cfg.prompts, sets, holistic)
             with timings("answers"):
                 answers, report = run_answers(plan, backbone, cfg.prompts, s.store, s.compute)
+            report.errors = errors_for_items(report.errors, plan, window)
             if k + 1 < len(starts):
                 with timings("compact"):
                     compact_between_windows(answer_store(s.store, backbone))
@@ -218,7 +222,9 @@ def score_items_windowed(items: pl.DataFrame, shipped: pl.DataFrame | None, cfg:
             masses.append(needed.join(answers, on="key", how="left").select(
                 "key", "kind", answer_mass=pl.col("logp_yes").exp() + pl.col("logp_no").exp()))
             with timings("scores"):
-                window_scores.append(score_items(window, plan, answers, backbone=name, metric_ids=answer_metrics, lam=s.lam, probability=s.probability))
+                window_scores.append(
+                    score_items(window, plan, answers, backbone=name, metric_ids=answer_metrics, lam=s.lam, probability=s.probability, errors=report.errors)
+                )
                 records = question_records(plan, answers, name)
                 if records.height:
                     record_urls.append(f"{scratch}/{name}/records-{k:05d}.parquet")

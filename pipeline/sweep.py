@@ -134,7 +134,7 @@ def metaevaluate(cfg: ResolvedConfig, items: pl.DataFrame, scores: pl.DataFrame)
         problems += [{"stage": "metaeval", "benchmark": name, "reason": "metaeval_problem", "detail": str(p)} for p in res.problems]
     statistics = pl.concat(stats, how="diagonal_relaxed") if stats else pl.DataFrame()
     delta_table = pl.concat(deltas, how="diagonal_relaxed") if deltas else pl.DataFrame()
-    problem_table = schema.conform(pa.Table.from_pylist(problems), schema.ERRORS) if problems else schema.ERRORS.empty_table()
+    problem_table = schema.error_table(problems)
     return statistics, delta_table, problem_table
 
 

@@ -228,5 +228,5 @@ def _error(shard: Shard, reason: str, detail: str) -> dict:
 
 
 def _errors(rows: list[dict]) -> pa.Table:
-    return schema.conform(pa.Table.from_pylist(rows), schema.ERRORS) if rows else schema.ERRORS.empty_table()
+    return schema.error_table(rows)
 

@@ -490,7 +490,7 @@ def publish_task(batch: pa.Table) -> pa.Table:
     """Write each shard's filtered copy, then its decisions (so a decisions file always
     describes what was published). Batch columns: shard_id, uri, format, decisions (Parquet
     bytes), filtered_url, decisions_url. Returns ERRORS rows for shards that failed."""
-    from operators.schema import ERRORS, conform
+    from operators.schema import error_table
     from pipeline.store.parts import write_table
 
     problems = []
@@ -501,7 +501,7 @@ def publish_task(batch: pa.Table) -> pa.Table:
             write_table(r["decisions_url"], decisions)
         except Exception as exc:  # noqa: BLE001 - reported per shard
             problems.append({"stage": "curation", "benchmark": r["shard_id"], "source": r["uri"], "reason": "publish_failed", "detail": f"{r['uri']}: {type(exc).__name__}: {exc}"})
-    return conform(pa.Table.from_pylist(problems), ERRORS) if problems else ERRORS.empty_table()
+    return error_table(problems)
 
 
 def filtered_rows(source: pa.Table, decisions: pa.Table, uri: str) -> pa.Table:

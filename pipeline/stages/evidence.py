@@ -244,7 +244,7 @@ class GroundingWorker:
         found = self._detect(todo, images, errors)
         stored = [d.row(key=r["key"], detector=self.spec.name, image_hash=r["image_hash"], phrase=r["phrase"]) for r, d in found]
         self.parts.write(pa.Table.from_pylist(stored, schema=DETECTIONS) if stored else DETECTIONS.empty_table())
-        error_table = schema.conform(pa.Table.from_pylist(errors), schema.ERRORS) if errors else schema.ERRORS.empty_table()
+        error_table = schema.error_table(errors)
         return status_table(batch.column("key"), error_table)
 
     def _detect(self, rows: list[dict], images: dict, errors: list[dict]) -> list[tuple[dict, Detections]]:
@@ -392,7 +392,7 @@ class ViewWorker:
             except Exception as exc:  # one bad source image fails its views only
                 errors.append({"stage": "views", "key": row["key"], "source": row["image_uri"], "field": "image_uri", "reason": "view_failed", "detail": f"{type(exc).__name__}: {exc}"[:2000]})
         self.parts.write(pa.Table.from_pylist(out, schema=VIEW_IMAGES) if out else VIEW_IMAGES.empty_table())
-        error_table = schema.conform(pa.Table.from_pylist(errors), schema.ERRORS) if errors else schema.ERRORS.empty_table()
+        error_table = schema.error_table(errors)
         return status_table(batch.column("key"), error_table)
 
 

@@ -36,7 +36,7 @@ def limit_groups(items: pl.DataFrame, n: int | None) -> pl.DataFrame:
 
 
 def _errors(rows: list[dict]) -> pa.Table:
-    return schema.conform(pa.Table.from_pylist(rows), schema.ERRORS) if rows else schema.ERRORS.empty_table()
+    return schema.error_table(rows)
 
 
 def load_items(benchmarks: dict[str, BenchmarkSpec]) -> tuple[pl.DataFrame, pl.DataFrame | None, pa.Table]:

@@ -41,7 +41,7 @@ def provided_questions(items: pl.DataFrame, questions: pl.DataFrame | None, sets
             {"stage": "questions", "benchmark": r["benchmark"], "field": "caption", "reason": "no_questions", "detail": f"the benchmark ships no {qset!r} questions for caption {r['caption']!r}"}
             for r in missing.iter_rows(named=True)
         ]
-    errors = schema.conform(pa.Table.from_pylist(rows), schema.ERRORS) if rows else schema.ERRORS.empty_table()
+    errors = schema.error_table(rows)
     return questions, errors
 
 
@@ -101,7 +101,7 @@ def generated_questions(
     joined = pl.from_arrow(requests).join(stored, on="key", how="inner")
     questions, errors = parse_generations(joined, max_questions, generator.name, items)
     if errors:
-        report.errors = pa.concat_tables([report.errors, schema.conform(pa.Table.from_pylist(errors), schema.ERRORS)])
+        report.errors = pa.concat_tables([report.errors, schema.error_table(errors)])
         report.failed += len(errors)
     log.info("questions from %s: %d rows for %d captions, %d unparseable", generator.name, questions.height, len(captions), len(errors))
     return questions, report

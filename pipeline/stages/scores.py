@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import polars as pl
+import pyarrow as pa
 
 from operators import metrics, schema
 from pipeline.stages.answers import AnswerPlan
@@ -22,6 +23,62 @@ def question_records(plan: AnswerPlan, answers: pl.DataFrame, backbone: str) -> 
         "item_id", "caption", "image_hash", "question_set", "question_id", "question", "parents", "claim_type",
         "logp_yes_v", "logp_no_v", "logp_yes_t", "logp_no_t",
     ).with_columns(backbone=pl.lit(backbone))
+
+
+def errors_for_items(errors: pa.Table, plan: AnswerPlan, items: pl.DataFrame) -> pa.Table:
+    """The answers stage's error rows, one per item they affect.
+
+    The stage sees requests, not items: its rows carry a request key and no item_id. A request
+    is shared by every item with the same image and question (or caption), so a row fans out to
+    each of them here, with the item's benchmark. Rows whose key no item uses are kept as they
+    are; rows that already name an item are untouched.
+    """
+    frame = pl.from_arrow(schema.conform(errors, schema.ERRORS))
+    unplaced = pl.col("item_id").is_null() & pl.col("key").is_not_null()
+    if not frame.filter(unplaced).height:
+        return schema.conform(frame.to_arrow(), schema.ERRORS)
+    users = []
+    if plan.questions is not None:
+        users += [plan.questions.select("item_id", pl.col(k).alias("key")) for k in ("key_v", "key_t")]
+    if plan.holistic is not None:
+        users.append(plan.holistic.select("item_id", pl.col("key_h").alias("key")))
+    if not users:
+        return schema.conform(frame.to_arrow(), schema.ERRORS)
+    by_key = pl.concat(users).drop_nulls().unique(maintain_order=True)
+    by_key = by_key.join(items.select("item_id", pl.col("benchmark").alias("item_benchmark")), on="item_id", how="left")
+    placed = (
+        frame.filter(unplaced).drop("item_id")
+        .join(by_key, on="key", how="left", maintain_order="left")
+        .with_columns(benchmark=pl.coalesce("benchmark", "item_benchmark"))
+        .drop("item_benchmark")
+    )
+    out = pl.concat([frame.filter(~unplaced), placed.select(frame.columns)])
+    return schema.conform(out.to_arrow(), schema.ERRORS)
+
+
+def with_error_notes(scores: pl.DataFrame, errors: pa.Table) -> pl.DataFrame:
+    """Name the real cause in the note of a score that is null for want of answers.
+
+    A failed request leaves its items with "missing_answer: 1 of 5 questions"; the error rows
+    say why (`prompt_too_long`, `engine_error`, ...). The note then leads with those reasons and
+    the first detail, and keeps the count: "prompt_too_long (3012 prompt tokens > ...):
+    missing_answer: 1 of 5 questions".
+    """
+    frame = pl.from_arrow(errors)
+    frame = frame.filter(pl.col("item_id").is_not_null())
+    if not frame.height or not scores.height:
+        return scores
+    causes = frame.group_by("item_id", maintain_order=True).agg(
+        reasons=pl.col("reason").unique(maintain_order=True).str.join(", "),
+        first_detail=pl.col("detail").first(),
+    )
+    cause = pl.format("{} ({}): ", "reasons", pl.col("first_detail").fill_null("no detail"))
+    missing = pl.col("note").str.contains("missing_answer", literal=True) & pl.col("reasons").is_not_null()
+    return (
+        scores.join(causes, on="item_id", how="left", maintain_order="left")
+        .with_columns(note=pl.when(missing).then(pl.concat_str(cause, pl.col("note"))).otherwise(pl.col("note")))
+        .drop("reasons", "first_detail")
+    )
 
 
 def metric_inputs(plan: AnswerPlan, answers: pl.DataFrame) -> dict[str, pl.DataFrame | None]:
@@ -50,8 +107,10 @@ def score_items(
     metric_ids: list[str],
     lam: float,
     probability: str,
+    errors: pa.Table | None = None,
 ) -> pl.DataFrame:
-    """One row per (item, metric): operators.schema.SCORES."""
+    """One row per (item, metric): operators.schema.SCORES. `errors`: the answers stage's
+    rows for these items (`errors_for_items`), named in the notes of scores they leave null."""
     inputs = metric_inputs(plan, answers)
     long = metrics.score_all(  # merges nobody asked for are not computed (each is a join over the items)
         item_ids=items["item_id"], lam=lam, probability=probability, merge_terms=metrics.merge_terms_for(metric_ids), **inputs
@@ -62,5 +121,7 @@ def score_items(
     if missing:
         # A requested metric the inputs cannot produce is a configuration mistake, not a 0.
         raise ValueError(f"metrics {missing} could not be computed from the available answers")
+    if errors is not None:
+        wanted = with_error_notes(wanted, errors)
     scored = wanted.join(items.select("item_id", "benchmark"), on="item_id", how="left").with_columns(backbone=pl.lit(backbone))
     return pl.from_arrow(schema.conform(scored.to_arrow(), schema.SCORES, what="scores"))
