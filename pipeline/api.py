@@ -209,10 +209,11 @@ class Scorer:
         error_tables = [_errors(pairs.errors)]
         t_start = time.perf_counter()
         if chosen == "ray":
-            from pipeline.runtime import ensure_ray
+            from pipeline.runtime import ensure_ray, refuse_unshared_paths
 
             c = cfg.sweep.compute
             ensure_ray(c.address, c.num_cpus, c.progress_bars)
+            refuse_unshared_paths({"root": cfg.sweep.root, "store": self.store}, c.shared_paths)
             scored = self._score(items, shipped, cfg, run_dir, last, error_tables)
         else:
             with running_locally(self._local):

@@ -5,7 +5,8 @@ not a traceback. The exit codes are part of the contract (scripts and schedulers
 them):
 
     0  done
-    2  bad input: a config value, the command line, a missing path, an unfinished run
+    2  bad input: a config value, the command line, a missing path, an unfinished run,
+       a local path on a cluster of several nodes
     3  busy: another run holds the lease on the same output (retry later, or take it over)
 
 Anything else (a bug, a crash of the cluster) still raises with its traceback.
@@ -32,6 +33,7 @@ def one_line(exc: BaseException) -> str:
 def guarded(main: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
     """Wrap a job's `main(argv) -> int` so that input errors print one line and exit 2 (3: busy)."""
     from pipeline.config import ConfigError
+    from pipeline.runtime import LocalPathOnCluster
     from pipeline.store.lease import LeaseHeld
     from pipeline.store.run_folder import RunNotFinished
 
@@ -44,7 +46,7 @@ def guarded(main: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
         except ConfigError as exc:
             print(one_line(exc), file=sys.stderr)
             return EXIT_BAD_INPUT
-        except (InputError, RunNotFinished, FileNotFoundError, NotADirectoryError) as exc:
+        except (InputError, RunNotFinished, LocalPathOnCluster, FileNotFoundError, NotADirectoryError) as exc:
             print(f"error: {one_line(exc)}", file=sys.stderr)
             return EXIT_BAD_INPUT
 

@@ -180,6 +180,12 @@ class ComputeSpec:
     data_object_store_fraction: float = 0.5  # of the object store, what Ray Data may hold before it waits
     task_memory_gb: float = 2.0  # reserved per shard-reading/publishing/hashing task
     oom_retries: int = 3  # retries of a task killed for memory (Ray's default: forever); local Ray only
+    # Custom Ray resources each engine actor asks for, e.g. {vlm_node: 1} to keep engines on the
+    # nodes started with `ray start --resources='{"vlm_node": 4}'` (docs/cluster.md).
+    engine_resources: dict[str, float] = field(default_factory=dict)
+    # Local folders every node of a multi-node cluster mounts at the same path (NFS, Lustre):
+    # a local root, data_root or curation input/output under one of them is accepted there.
+    shared_paths: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -567,6 +573,17 @@ def validate(cfg: ResolvedConfig, require_benchmarks: bool = True) -> None:
         cfg.prompts.template(kind)
 
 
+def validate_cluster_settings(c: ComputeSpec) -> None:
+    """compute.engine_resources amounts are positive numbers; compute.shared_paths are
+    absolute local folders (an s3:// root is shared by every node anyway)."""
+    for name, amount in c.engine_resources.items():
+        if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not amount > 0:
+            raise ConfigError(f"compute.engine_resources.{name}", f"must be a number > 0, got {amount!r}")
+    for path in c.shared_paths:
+        if not isinstance(path, str) or "://" in path or not os.path.isabs(os.path.expanduser(path)):
+            raise ConfigError("compute.shared_paths", f"must list absolute local folders (mounts every node sees), got {path!r}")
+
+
 def _at_least(key: str, value, low, *, optional: bool = False) -> None:
     if value is None and optional:
         return
@@ -621,6 +638,7 @@ def validate_ranges(cfg: ResolvedConfig) -> None:
     _within("compute.task_memory_gb", c.task_memory_gb, 0, math.inf, low_open=True, high_open=True)
     _within("compute.object_store_memory_gb", c.object_store_memory_gb, 0, math.inf, low_open=True, high_open=True, optional=True)
     _at_least("compute.oom_retries", c.oom_retries, 0)
+    validate_cluster_settings(c)
     _within("lease.ttl_s", s.lease.ttl_s, 0, math.inf, low_open=True, high_open=True)
     for name, b in cfg.backbones.items():
         key = f"backbone {name}"

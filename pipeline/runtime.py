@@ -161,6 +161,55 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None, progress
         ctx.execution_options.resource_limits = limits.copy(object_store_memory=store * _limits.data_object_store_fraction)
 
 
+class LocalPathOnCluster(ValueError):
+    """A local path given to a run on a Ray cluster whose nodes do not share it."""
+
+
+def refuse_unshared_paths(paths: dict[str, str | None], shared: list[str] | tuple[str, ...] = ()) -> None:
+    """On a Ray cluster of more than one node, refuse a local path before any work.
+
+    Engine actors and tasks run on every node and write where they run: answer parts stored
+    on a worker node's own disk are invisible to the driver, so a rerun recomputes them or
+    reports keys that vanished. `paths` maps each setting to its value (for the message); a
+    path under one of `shared` (a mount every node sees at the same place, `compute.shared_paths`)
+    is accepted. One node (a laptop, one machine) needs no check.
+    """
+    local = {setting: path for setting, path in paths.items() if path and is_local_path(path) and not _under(path, shared)}
+    if not local:
+        return
+    import ray
+
+    nodes = sum(1 for node in ray.nodes() if node["Alive"])
+    if nodes < 2:
+        return
+    setting, path = next(iter(local.items()))
+    folder = path.removeprefix("file://")
+    raise LocalPathOnCluster(
+        f"{setting}={folder} is a local path, but this Ray cluster has {nodes} nodes and each would write to its own disk "
+        f"(answers computed on another node would vanish from this run); use {setting}=s3://<bucket>/<prefix>, or, if every "
+        f"node mounts {folder} at the same path (NFS, Lustre), declare it: compute.shared_paths=[{folder}]"
+    )
+
+
+def joins_cluster(address: str | None) -> bool:
+    """Whether this job joins a running Ray cluster (which may have several nodes) rather
+    than starting a local Ray of one node."""
+    return bool(address or os.environ.get("RAY_ADDRESS"))
+
+
+def is_local_path(path: str) -> bool:
+    return "://" not in path or path.startswith("file://")
+
+
+def _under(path: str, folders: list[str] | tuple[str, ...]) -> bool:
+    path = os.path.abspath(path.removeprefix("file://"))
+    for folder in folders:
+        folder = os.path.abspath(os.path.expanduser(folder))
+        if path == folder or path.startswith(folder.rstrip(os.sep) + os.sep):
+            return True
+    return False
+
+
 def local_memory_kwargs(limits: MemoryLimits) -> dict:
     """ray.init arguments that bound a local Ray's memory."""
     kwargs: dict = {"_system_config": {"task_oom_retries": limits.oom_retries}}

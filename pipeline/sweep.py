@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from operators import schema
 from pipeline.config import ResolvedConfig, check_benchmark_folders
-from pipeline.runtime import MemoryLimits, ensure_ray, git_commit, library_versions
+from pipeline.runtime import MemoryLimits, ensure_ray, git_commit, joins_cluster, library_versions, refuse_unshared_paths
 from pipeline.scoring import Timings, remove_scratch, score_items_windowed
 from pipeline.stages import ingest
 from pipeline.stages.engine_stage import StageReport
@@ -53,8 +53,24 @@ def run_sweep(cfg: ResolvedConfig) -> RunResult:
     """
     s = cfg.sweep
     check_benchmark_folders(cfg)  # a mistyped data_root fails here, before Ray starts
+    if joins_cluster(s.compute.address):  # a cluster may have several nodes: check paths before the first file
+        start_ray(cfg)
     with Lease(cfg.run_dir, what=f"sweep {s.run_name}", ttl_s=s.lease.ttl_s, force=s.lease.force) as lease:
         return _run(cfg, lease)
+
+
+def start_ray(cfg: ResolvedConfig) -> None:
+    """Start or join Ray; on a cluster of several nodes, refuse local folders no other node sees."""
+    s = cfg.sweep
+    ensure_ray(s.compute.address, s.compute.num_cpus, s.compute.progress_bars, MemoryLimits.from_compute(s.compute))
+    refuse_unshared_paths(sweep_paths(cfg), s.compute.shared_paths)
+
+
+def sweep_paths(cfg: ResolvedConfig) -> dict[str, str]:
+    """Every folder a sweep's workers read or write, by the setting that names it."""
+    s = cfg.sweep
+    paths = {"root": s.root, "store": s.store, "data_root": s.data_root}
+    return paths | {f"benchmark_overrides.{name}.root": b.root for name, b in cfg.benchmarks.items()}
 
 
 def _run(cfg: ResolvedConfig, lease: Lease) -> RunResult:
@@ -65,7 +81,7 @@ def _run(cfg: ResolvedConfig, lease: Lease) -> RunResult:
     clock = result.timings
     error_tables: list[pa.Table] = []
     t_start = time.perf_counter()
-    ensure_ray(s.compute.address, s.compute.num_cpus, s.compute.progress_bars, MemoryLimits.from_compute(s.compute))
+    start_ray(cfg)
     remove_scratch(result.run_dir)  # a killed windowed run's scratch is not an output of this one
 
     # -- ingest ----------------------------------------------------------------------------

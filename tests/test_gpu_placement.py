@@ -85,3 +85,20 @@ def test_the_ray_path_places_the_pool_before_asking_for_actors(monkeypatch):
     with pytest.raises(RuntimeError, match="refused"):
         engine_stage.compute_blocks([], object, {}, _pool("vllm"), stage="answers")
     assert seen == [(2, "answers")]
+
+
+def test_engines_asking_for_a_resource_no_node_offers_fail_at_once(monkeypatch):
+    import ray
+
+    def nodes(*offers):
+        monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 2.0, **o}} for o in offers]
+                            + [{"Alive": False, "Resources": {"vlm_node": 9.0}}])  # a dead node offers nothing
+
+    pool = _pool("hf", engine_resources={"vlm_node": 2})
+    nodes({}, {"vlm_node": 1.0})
+    with pytest.raises(RuntimeError, match=r"answers: backbone big's engines ask for \{'vlm_node': 2\} \(compute.engine_resources\), which no alive node offers"):
+        placeable(pool, "answers")
+    assert placeable(_pool("hf", engine_resources={"vlm_node": 2}, wait_for_gpus=True), "answers")  # an autoscaler adds them
+    nodes({}, {"vlm_node": 2.0})
+    assert placeable(pool, "answers").resources == {"vlm_node": 2}
+    assert engine_stage._actor_asks(pool) == {"resources": {"vlm_node": 2}}

@@ -21,7 +21,7 @@ from pipeline.curation.rows import evidence_table, locate_image_errors, pairs_ca
 from pipeline.curation.rule import Rule, apply_rule
 from pipeline.curation.shards import Shard, ShardError, current_version, discover
 from pipeline.curation.windows import compact_stores, merge_reports, plan_windows, shard_row_counts
-from pipeline.runtime import MemoryLimits, ensure_ray
+from pipeline.runtime import MemoryLimits, ensure_ray, joins_cluster, refuse_unshared_paths
 from pipeline.scoring import score_items_all_backbones
 from pipeline.stages import ingest
 from pipeline.store import parts as st
@@ -37,9 +37,18 @@ def output_lease(c: CurationConfig) -> Lease:
 
 
 
+def start_ray(c: CurationConfig) -> None:
+    """Start or join Ray; on a cluster of several nodes, refuse local inputs, output or store."""
+    ensure_ray(c.compute.address, c.compute.num_cpus, c.compute.progress_bars, MemoryLimits.from_compute(c.compute))
+    paths = {"output": c.output, "store": c.store} | {f"inputs[{k}]": uri for k, uri in enumerate(c.inputs)}
+    refuse_unshared_paths(paths, c.compute.shared_paths)
+
+
 def run_curation(cfg: ResolvedConfig) -> CurationResult:
     """Process the new or changed shards (or, with decide_only, re-decide every shard)."""
     c: CurationConfig = cfg.sweep  # type: ignore[assignment]
+    if joins_cluster(c.compute.address):  # a cluster may have several nodes: check its paths before any work
+        start_ray(c)
     with output_lease(c) as lease:
         if c.decide_only:
             return decide(cfg, lease)
@@ -71,7 +80,7 @@ def _score_new_shards(cfg: ResolvedConfig, lease: Lease) -> CurationResult:
 
     result.run_id = f"{time.strftime('%Y%m%d', time.gmtime())}-{keys_digest(f'{s.uri}@{s.version}' for s in todo)[:8]}"
     result.run_dir = run_dir = join_url(c.output, "runs", result.run_id)
-    ensure_ray(c.compute.address, c.compute.num_cpus, c.compute.progress_bars, MemoryLimits.from_compute(c.compute))
+    start_ray(c)
     log.info("curation %s: %d new or changed shard(s) of %d; run %s", c.name, len(todo), len(found), result.run_id)
 
     with clock("discover"):
@@ -188,7 +197,7 @@ def decide(cfg: ResolvedConfig, lease: Lease | None = None) -> CurationResult:
                 continue
             decided.append((shard, decisions))
         if decided:
-            ensure_ray(c.compute.address, c.compute.num_cpus, c.compute.progress_bars, MemoryLimits.from_compute(c.compute))
+            start_ray(c)
         failures = publish(decided, c.output)
         failed = set(failures["benchmark"].to_list())
         for uri in sorted(manifest.shards):

@@ -104,6 +104,7 @@ class ActorPool:
     backbone: str = ""  # whose engines these are (for messages)
     vllm: bool = False  # vLLM engines: on a cluster without GPUs they may run on vLLM's CPU build
     wait_for_gpus: bool = False  # a GPU ask no node meets waits (an autoscaler adds nodes) instead of failing
+    resources: dict[str, float] = field(default_factory=dict)  # custom Ray resources per actor
 
     @property
     def part_rows(self) -> int:
@@ -122,6 +123,7 @@ def engine_pool(backbone: BackboneSpec, compute: ComputeSpec) -> ActorPool:
         size=compute.engines_per_backbone, num_gpus=gpus, num_cpus=compute.cpus_per_engine,
         rows_per_batch=compute.rows_per_batch, rows_per_part=compute.rows_per_part, memory_gb=compute.engine_memory_gb,
         backbone=backbone.name, vllm=backbone.engine == "vllm", wait_for_gpus=compute.wait_for_gpus,
+        resources=dict(compute.engine_resources),
     )
 
 
@@ -134,7 +136,17 @@ def placeable(pool: ActorPool, stage: str) -> ActorPool:
     build is installed (a laptop, CI). `compute.wait_for_gpus=true` keeps the ask for an
     autoscaler to meet.
     """
-    if pool.num_gpus <= 0 or pool.wait_for_gpus:
+    if pool.wait_for_gpus:
+        return pool
+    if pool.resources:
+        missing = unoffered_resources(pool.resources)
+        if missing:
+            raise RuntimeError(
+                f"{stage}: backbone {pool.backbone}'s engines ask for {missing} (compute.engine_resources), which no alive node "
+                "offers: they would wait forever; start a node with `ray start --resources=...`, or compute.wait_for_gpus=true "
+                "if an autoscaler adds such nodes"
+            )
+    if pool.num_gpus <= 0:
         return pool
     from operators.engines.vllm import cpu_build
 
@@ -153,6 +165,14 @@ def placeable(pool: ActorPool, stage: str) -> ActorPool:
         f"{stage}: backbone {pool.backbone} asks for {pool.num_gpus:g} GPU(s) per engine, but {has}: its engines would wait "
         f"forever; {hint}, or compute.wait_for_gpus=true if an autoscaler adds GPU nodes"
     )
+
+
+def unoffered_resources(asked: dict[str, float]) -> dict[str, float]:
+    """The custom resources of `asked` that no single alive node offers in that amount."""
+    import ray
+
+    nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
+    return {name: amount for name, amount in asked.items() if not any(has.get(name, 0.0) >= amount for has in nodes)}
 
 
 def largest_gpu_node() -> float:
@@ -490,7 +510,7 @@ def compute_blocks(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool
             num_cpus=pool.num_cpus,
             max_restarts=MAX_ACTOR_RESTARTS,  # passed on to the actors (ray_remote_args)
             max_task_retries=0,
-            **_memory(pool),
+            **_actor_asks(pool),
         )
     dataset.context.max_errored_blocks = -1  # a failed block is isolated below, not fatal here
     statuses = []
@@ -554,7 +574,7 @@ def isolate_failures(
     from ray.exceptions import RayActorError
 
     max_deaths = max_poison * (math.ceil(math.log2(max(b.num_rows for b in blocks))) + 1)
-    remote = ray.remote(num_cpus=pool.num_cpus, num_gpus=pool.num_gpus, max_restarts=0, max_task_retries=0, **_memory(pool))(_Host)
+    remote = ray.remote(num_cpus=pool.num_cpus, num_gpus=pool.num_gpus, max_restarts=0, max_task_retries=0, **_actor_asks(pool))(_Host)
     queue = list(blocks)
     statuses, deaths, actor = [], 0, None
     while queue:
@@ -581,9 +601,10 @@ def isolate_failures(
     return pa.concat_tables(statuses) if statuses else result_schema(row_schema).empty_table()
 
 
-def _memory(pool: ActorPool) -> dict:
-    """Ray's per-actor memory reservation (bytes), when the pool asks for one."""
-    return {"memory": int(pool.memory_gb * 2**30)} if pool.memory_gb else {}
+def _actor_asks(pool: ActorPool) -> dict:
+    """Ray's per-actor memory reservation (bytes) and custom resources, when the pool asks for them."""
+    asks = {"memory": int(pool.memory_gb * 2**30)} if pool.memory_gb else {}
+    return asks | ({"resources": dict(pool.resources)} if pool.resources else {})
 
 
 def _start(remote, worker_cls, worker_kwargs: dict, stage: str, attempts: int = 3, row_schema: pa.Schema | None = None):
