@@ -131,6 +131,21 @@ def decode_image(data: bytes, uri: str) -> Image.Image:
         # No `with`: closing an in-memory image would void its pixels and force a copy; the
         # buffer is released with the image.
         img = Image.open(io.BytesIO(data))
+    except Image.UnidentifiedImageError as e:
+        raise ImageError(uri, "not a decodable image") from e
+    except Exception as e:
+        raise _decode_error(uri, e) from e
+    return upright_rgb(img, uri)
+
+
+def upright_rgb(img: Image.Image, uri: str) -> Image.Image:
+    """An opened image -> the pixels a model sees: decoded, EXIF orientation applied, 8-bit RGB.
+
+    Files go through here after `Image.open`, and so do PIL images passed to the API
+    (pipeline.api), so a photo given as a path, as bytes or as a PIL image is one picture.
+    `img` itself is left as it is (a transposed or converted copy is returned).
+    """
+    try:
         img.load()  # decode now, so truncation is caught here and not in the model
         source_format = img.format
         if img.getexif().get(_ORIENTATION, 1) != 1:  # exif_transpose copies even an upright image
@@ -138,11 +153,13 @@ def decode_image(data: bytes, uri: str) -> Image.Image:
         return to_rgb(img, uri, source_format)
     except ImageError:
         raise
-    except Image.UnidentifiedImageError as e:
-        raise ImageError(uri, "not a decodable image") from e
-    except Exception as e:  # PIL's decoders raise OSError, SyntaxError, ValueError, EOFError...
-        reason = "truncated file" if "truncated" in str(e) else f"cannot decode: {e}"
-        raise ImageError(uri, reason) from e
+    except Exception as e:
+        raise _decode_error(uri, e) from e
+
+
+def _decode_error(uri: str, e: Exception) -> ImageError:
+    """PIL's decoders raise OSError, SyntaxError, ValueError, EOFError...: one ImageError."""
+    return ImageError(uri, "truncated file" if "truncated" in str(e) else f"cannot decode: {e}")
 
 
 _ORIENTATION = 0x0112  # the EXIF tag of how the stored pixels are rotated or mirrored

@@ -10,9 +10,17 @@ store, so a pair scored here is never asked again by a sweep or curation run wit
 same store, and vice versa. Small inputs run in this process (`pipeline.stages.executor`, no
 Ray, the model loaded once and kept by the scorer); large ones go through Ray Data.
 
+Images decode exactly as files do, whatever form they come in: a PIL image goes through
+the file path's own decoding (`operators.images.upright_rgb`: EXIF orientation, every pixel
+mode a file may have) before it is stored, so a phone photo is the same upright picture as
+a path, bytes or PIL image.
+
 Bad input never raises by default: a missing file, a corrupt image or an empty caption
 becomes a row with `error` and `error_detail` and null scores. `strict=True` raises
 `PairErrors` instead.
+
+A scorer may be called from several threads (a notebook, a web service): calls take turns
+on its model, each returning its own result.
 """
 from __future__ import annotations
 
@@ -22,6 +30,7 @@ import math
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -95,6 +104,10 @@ class Scorer:
     root=...`). executor: "local" (this process), "ray", or "auto" (local up to
     `local_max_pairs` pairs and without evidence checks). overrides: any other config
     keys, as the command line writes them (["lam=0.3", "backbone_overrides.x.batch_size=8"]).
+
+    Thread-safe: calls from several threads run one at a time (the in-process workers and
+    engine, and `last`, are this scorer's single copies); inputs are read and stored first,
+    outside the turn.
     """
 
     def __init__(
@@ -127,6 +140,7 @@ class Scorer:
         self.strict = strict
         self.last: LastRun | None = None
         self._local = LocalExecutor()
+        self._lock = threading.RLock()  # one call at a time uses the engine, workers and `last`
 
     @property
     def store(self) -> str:
@@ -169,7 +183,8 @@ class Scorer:
         keep = out_dir is not None
         run_dir = out_dir or tempfile.mkdtemp(prefix="depict-api-")
         try:
-            scores, recs = self._run(pairs, questions, run_dir)
+            with self._lock:
+                scores, recs = self._run(pairs, questions, run_dir)
         finally:
             if not keep:
                 shutil.rmtree(run_dir, ignore_errors=True)
@@ -180,8 +195,10 @@ class Scorer:
         return (scores, recs) if records else scores
 
     def close(self) -> None:
-        """Release the in-process model (it is loaded again on the next local call)."""
-        self._local.close()
+        """Release the in-process model (it is loaded again on the next local call); waits
+        for a call in progress in another thread."""
+        with self._lock:
+            self._local.close()
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -257,7 +274,7 @@ def to_pairs(images: Any, captions: Any, *, cross: bool, image_column: str, capt
     if _is_frame(images):
         if captions is not None:
             raise ValueError("pass either a frame (with image and caption columns) or images and captions, not both")
-        frame = images if isinstance(images, pl.DataFrame) else pl.from_pandas(images)
+        frame = images if isinstance(images, pl.DataFrame) else _from_pandas(images, image_column)
         for column in (image_column, caption_column):
             if column not in frame.columns:
                 raise ValueError(f"the frame has no column {column!r} (columns: {frame.columns}); set image_column= / caption_column=")
@@ -284,14 +301,14 @@ def to_pairs(images: Any, captions: Any, *, cross: bool, image_column: str, capt
                 from pipeline.store.folder import Folder, extract_image
 
                 folder = folder or Folder(images_url)
-                uri = extract_image(folder, bytes(image) if isinstance(image, (bytes, bytearray)) else _pil_png(image))
+                uri = extract_image(folder, bytes(image) if isinstance(image, (bytes, bytearray)) else _pil_png(image, shown))
             elif isinstance(image, (str, os.PathLike)) and os.fspath(image).strip():
                 uri = _absolute(os.fspath(image))
             elif image is None or (isinstance(image, float) and math.isnan(image)) or (isinstance(image, str) and not image.strip()):
                 problem = ("image", "missing_image", "no image given")
             else:
                 problem = ("image", "bad_image_type", f"expected a path, URI, bytes or PIL image, got {type(image).__name__}")
-        except Exception as exc:  # an unwritable PIL image, a store error: this pair only
+        except Exception as exc:  # a PIL image a file could not hold either, a store error: this pair only
             problem = ("image", "unreadable_image", f"{type(exc).__name__}: {exc}")
         text, caption_problem = _caption(caption)
         problem = problem or caption_problem
@@ -397,10 +414,27 @@ def _is_pil(value: Any) -> bool:
     return type(value).__module__.startswith("PIL.") and hasattr(value, "save") and hasattr(value, "size")
 
 
-def _pil_png(image) -> bytes:
+def _pil_png(image, shown: str) -> bytes:
+    """The PNG of the pixels a file holding `image` decodes to (`upright_rgb`: EXIF
+    orientation applied, any mode a file accepts as 8-bit RGB; ImageError, naming the cause,
+    for the rest). Without metadata, so the same pixels are always the same bytes."""
+    from operators.images import upright_rgb
+
     buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
+    upright_rgb(image, shown).save(buffer, format="PNG", icc_profile=None)
     return buffer.getvalue()
+
+
+def _from_pandas(frame, image_column: str) -> pl.DataFrame:
+    """A pandas frame as polars; an image column of PIL images (Arrow cannot hold them)
+    stays a column of Python objects, as in a polars frame."""
+    if image_column in frame.columns and any(_is_pil(v) for v in frame[image_column]):
+        rest = pl.from_pandas(frame.drop(columns=[image_column]))
+        column = pl.Series(image_column, frame[image_column].tolist(), dtype=pl.Object)
+        if not rest.width:
+            return pl.DataFrame([column])
+        return rest.insert_column(list(frame.columns).index(image_column), column)
+    return pl.from_pandas(frame)
 
 
 def _as_list(value: Any, what: str) -> list:
@@ -422,7 +456,7 @@ def _describe(image: Any) -> str:
     if isinstance(image, (bytes, bytearray)):
         return f"<{len(image)} bytes>"
     if _is_pil(image):
-        return f"<PIL image {image.size[0]}x{image.size[1]}>"
+        return f"<PIL image {image.size[0]}x{image.size[1]}, mode {image.mode}>"
     return f"<{type(image).__name__}>"
 
 
