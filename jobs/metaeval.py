@@ -11,10 +11,12 @@
         [skills=genai_skills.json] ...
 
 `kind` is correlation, winoground or multiple_choice. Correlation statistics: srcc, kendall
-(tau-b), pearson (plain), plcc (4PL), pairwise_acc. `released` reads a source's released
-per-item files with that source's protocol (docs/reproducing.md). Prints the statistics
-table and writes statistics/deltas as .parquet and .csv under `out` (default
-./metaeval_results). See pipeline.metaeval.evaluate_files for the file formats.
+(tau-b), pearson (plain), plcc (4PL), pairwise_acc. `n_resamples` is the bootstrap size of
+the group BCa intervals (at least 10), or 0 for point estimates only: ci_low, ci_high and the
+deltas' `significant` are then empty. `released` reads a source's released per-item files
+with that source's protocol (docs/reproducing.md). Prints the statistics table and writes
+statistics/deltas as .parquet and .csv under `out` (default ./metaeval_results). See
+pipeline.metaeval.evaluate_files for the file formats.
 """
 from __future__ import annotations
 
@@ -47,8 +49,12 @@ def check(args) -> None:
         raise ConfigError("tie_policy", f"must be one of {TIE_POLICIES}, got {args.tie_policy!r}")
     for key, low in (("n_resamples", MIN_RESAMPLES), ("seed", 0)):
         value = args[key]
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise ConfigError(key, f"must be a whole number >= {low}, got {value!r}")
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        if key == "n_resamples" and whole and value == 0:
+            continue  # no intervals: `evaluate` then leaves ci_low/ci_high and `significant` empty
+        if not whole or value < low:
+            zero = "0 (no intervals) or " if key == "n_resamples" else ""
+            raise ConfigError(key, f"must be {zero}a whole number >= {low}, got {value!r}")
     for key in ("metrics", "baselines"):
         value = args[key]
         if value is not None and (isinstance(value, str) or not all(isinstance(v, str) and v for v in value)):
