@@ -17,26 +17,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import random
-import re
-import secrets
 import shlex
-import shutil
-import socket
 import subprocess
 import sys
-import tempfile
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 import pytest
-from s3_server import S3Server, kill_session, running_s3_server
+from ray_nodes import RayHead, ray_head
+from s3_server import S3Server, running_s3_server
 
 from pipeline.config import load_config
 from pipeline.sweep import run_sweep
@@ -56,104 +47,6 @@ JOB_TIMEOUT_S = 400
 NEVER_UPLOADED = (".venv", ".git", "outputs", "runs", ".pytest_cache", ".hypothesis", ".ruff_cache")
 
 pytestmark = pytest.mark.slow
-
-
-def free_ports(n: int) -> list[int]:
-    """n distinct ports that are free now, below the kernel's ephemeral range (32768 and up)
-    so that no process asking the OS for any free port is handed one before Ray binds it."""
-    rng = random.Random()
-    ports: list[int] = []
-    while len(ports) < n:
-        port = rng.randrange(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind(("", port))
-            except OSError:
-                continue
-        if port not in ports:
-            ports.append(port)
-    return ports
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """This process's environment without anything that would point Ray or boto elsewhere."""
-    dropped = ("RAY_", "AWS_", "FSSPEC_S3")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
-    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"  # `python` in a job is the venv's
-    return env | {"RAY_USAGE_STATS_ENABLED": "0", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0", "PYTHONUNBUFFERED": "1"} | extra
-
-
-@dataclass
-class RayHead:
-    address: str  # the Jobs API: http://127.0.0.1:<dashboard port>
-    temp_dir: Path
-    client_env: dict[str, str]  # what `ray job submit` and JobSubmissionClient need (the token)
-    log: Path
-
-    def package_dir(self, uri: str) -> Path:
-        """Where the head unpacked a working_dir package (gcs://_ray_pkg_<hash>.zip)."""
-        name = re.search(r"(_ray_pkg_[0-9a-f]+)\.zip", uri).group(1)
-        return self.temp_dir / "session_latest" / "runtime_resources" / "working_dir_files" / name
-
-
-@contextlib.contextmanager
-def ray_head(node_env: dict[str, str], logs: Path, attempts: int = 3) -> Iterator[RayHead]:
-    """`ray start --head --block` in its own session; every process of it is killed on exit.
-
-    A port chosen free may be taken before Ray binds it; the head is then started again
-    with other ports.
-    """
-    for attempt in range(1, attempts + 1):
-        # Ray's socket paths must stay under 107 bytes, so the temp dir lives directly in /tmp.
-        temp_dir = Path(tempfile.mkdtemp(prefix="rayhead-", dir="/tmp"))
-        token = temp_dir / "auth_token"
-        token.write_text(secrets.token_hex(32))
-        auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
-        log = logs / f"ray-head-{attempt}.log"
-        dashboard, *others = free_ports(9)
-        with open(log, "w") as out:
-            proc = subprocess.Popen(head_command(temp_dir, dashboard, *others), env=clean_env(**node_env, **auth), cwd=temp_dir,
-                                    stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        head = RayHead(f"http://127.0.0.1:{dashboard}", temp_dir, clean_env(**auth), log)
-        try:
-            if wait_for_jobs_api(head, token.read_text(), proc):
-                yield head
-                return
-            if attempt == attempts:
-                pytest.fail(f"the Ray head did not start ({attempts} tries); last log:\n{log.read_text()[-3000:]}")
-        finally:
-            kill_session(proc.pid)  # the head's GCS, raylet, dashboard and workers share its session
-            proc.wait()
-            shutil.rmtree(temp_dir, ignore_errors=True)
-
-
-def head_command(temp_dir: Path, dashboard: int, gcs: int, node_manager: int, object_manager: int, client: int,
-                 agent_http: int, agent_grpc: int, runtime_env_agent: int, metrics: int) -> list[str]:
-    """Every port Ray would otherwise take at a fixed default (6379, 8265, 10001, 52365, ...)
-    is chosen here, so this head cannot collide with another Ray on the machine."""
-    return [
-        str(VENV_BIN / "ray"), "start", "--head", "--block", "--disable-usage-stats",
-        "--num-cpus", "2", "--num-gpus", "0", "--temp-dir", str(temp_dir),
-        "--port", str(gcs), "--include-dashboard", "true", "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
-        "--node-manager-port", str(node_manager), "--object-manager-port", str(object_manager),
-        "--ray-client-server-port", str(client), "--dashboard-agent-listen-port", str(agent_http),
-        "--dashboard-agent-grpc-port", str(agent_grpc), "--runtime-env-agent-port", str(runtime_env_agent),
-        "--metrics-export-port", str(metrics), "--min-worker-port", "0", "--max-worker-port", "0",
-    ]
-
-
-def wait_for_jobs_api(head: RayHead, token: str, proc: subprocess.Popen, timeout: float = 120) -> bool:
-    """True once the Jobs API answers an authenticated request; False if the head died."""
-    request = urllib.request.Request(f"{head.address}/api/jobs/", headers={"Authorization": f"Bearer {token}"})
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            return False
-        with contextlib.suppress(urllib.error.URLError, ConnectionError, TimeoutError), urllib.request.urlopen(request, timeout=5) as reply:
-            if reply.status == 200:
-                return True
-        time.sleep(0.5)
-    pytest.fail(f"the Jobs API did not come up in {timeout}s:\n{head.log.read_text()[-3000:]}")
 
 
 @pytest.fixture(scope="module")

@@ -49,3 +49,15 @@ def test_the_sweep_checks_every_folder_its_workers_touch(tmp_path):
     paths = sweep_paths(cfg)
     assert paths["root"] == str(tmp_path) and paths["benchmark_overrides.demo.root"] == f"{tmp_path}/elsewhere"
     assert {"store", "data_root"} <= set(paths)
+
+
+def test_the_api_refuses_a_local_root_on_a_cluster_before_scoring(ray_session, nodes, tmp_path):
+    from PIL import Image
+
+    from pipeline import Scorer
+
+    scorer = Scorer("smoke", metrics=["vqascore"], root=tmp_path / "api", executor="ray")
+    nodes(2)
+    with pytest.raises(LocalPathOnCluster, match=rf"root={tmp_path / 'api'} is a local path, but this Ray cluster has 2 nodes"):
+        scorer.score(images=[Image.new("RGB", (32, 32), "red")], captions=["a red square"], questions={"a red square": ["Is there a red square?"]})
+    assert scorer.last.reports == []  # no stage ran
