@@ -10,13 +10,13 @@ Exit codes: 0 done, 2 bad input, 3 another curation holds the lease on this outp
 """
 from __future__ import annotations
 
-import logging
 import sys
 from pathlib import Path
 
 if not __package__:  # run as a file (python jobs/<job>.py): this checkout's code, from a fresh clone
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pipeline import console  # noqa: E402
 from pipeline.cli import guarded, one_line  # noqa: E402
 from pipeline.curation.config import load_curation_config  # noqa: E402
 from pipeline.curation.report import summary_text  # noqa: E402
@@ -29,7 +29,7 @@ def main(argv: list[str]) -> int:
     if {"-h", "--help"} & set(argv):
         print(__doc__)
         return 0
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    argv = console.configure(argv)  # --verbose: Ray's and transformers' own messages too
     cfg = load_curation_config(argv)
     try:
         result = run_curation(cfg)

@@ -17,6 +17,7 @@ if not __package__:  # run as a file (python jobs/<job>.py): this checkout's cod
 
 from omegaconf import OmegaConf  # noqa: E402
 
+from pipeline import console  # noqa: E402
 from pipeline.explore.site import write_site  # noqa: E402
 
 
@@ -24,7 +25,7 @@ def main(argv: list[str]) -> int:
     if not argv or {"-h", "--help"} & set(argv):
         print(__doc__)
         return 0 if argv else 2
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    argv = console.configure(argv, logging.WARNING)  # --verbose: Ray's and transformers' own messages too
     bad = [a for a in argv if "=" not in a or a.split("=", 1)[0] not in ("run", "out")]
     if bad:
         print(f"unknown argument(s) {bad}: write run=<run folder> [out=<site folder>]", file=sys.stderr)

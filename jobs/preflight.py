@@ -23,6 +23,7 @@ from pathlib import Path
 if not __package__:  # run as a file (python jobs/<job>.py): this checkout's code, from a fresh clone
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pipeline import console  # noqa: E402
 from pipeline.config import ConfigError, load_config  # noqa: E402
 from pipeline.preflight import PreflightOptions, run_preflight  # noqa: E402
 
@@ -34,7 +35,7 @@ def main(argv: list[str]) -> int:
     if {"-h", "--help"} & set(argv):
         print(__doc__)
         return 0
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    argv = console.configure(argv, logging.WARNING)  # --verbose: Ray's and transformers' own messages too
     options, rest = PreflightOptions(), []
     for arg in argv:
         key, _, value = arg.partition("=")

@@ -11,7 +11,6 @@ Answers are cached: a rerun, or a run killed half way, computes only what is mis
 """
 from __future__ import annotations
 
-import logging
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ if not __package__:  # run as a file (python jobs/<job>.py): this checkout's cod
 
 from omegaconf import OmegaConf  # noqa: E402
 
+from pipeline import console  # noqa: E402
 from pipeline.api import PairErrors  # noqa: E402
 from pipeline.config import ConfigError  # noqa: E402
 from pipeline.pairs import PairsFileError, PairsJob, run_pairs  # noqa: E402
@@ -49,7 +49,7 @@ def main(argv: list[str]) -> int:
     if not argv or {"-h", "--help"} & set(argv):
         print(__doc__)
         return 0 if argv else 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    argv = console.configure(argv)  # --verbose: Ray's and transformers' own messages too
     try:
         job = parse(argv)
         _, summary = run_pairs(job)

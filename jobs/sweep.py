@@ -8,13 +8,13 @@ the same run folder (docs/troubleshooting.md).
 """
 from __future__ import annotations
 
-import logging
 import sys
 from pathlib import Path
 
 if not __package__:  # run as a file (python jobs/<job>.py): this checkout's code, from a fresh clone
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from pipeline import console  # noqa: E402
 from pipeline.cli import guarded  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 from pipeline.sweep import run_sweep, summary_text  # noqa: E402
@@ -25,7 +25,7 @@ def main(argv: list[str]) -> int:
     if {"-h", "--help"} & set(argv):
         print(__doc__)
         return 0
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    argv = console.configure(argv)  # --verbose: Ray's and transformers' own messages too
     cfg = load_config(argv)
     result = run_sweep(cfg)
     print(summary_text(cfg, result))

@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass
 from importlib import metadata
 
+from pipeline import console
 from pipeline.store import settings as storage
 
 log = logging.getLogger(__name__)
@@ -141,7 +142,7 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None, progress
     if LOADED_TOO_EARLY:
         log.info("%s loaded before pipeline: its allocator keeps freed memory longer in this driver (import pipeline first; pipeline/runtime.py)", " and ".join(LOADED_TOO_EARLY))
     if not ray.is_initialized():
-        kwargs = {"include_dashboard": False, "configure_logging": True, "logging_level": logging.WARNING}
+        kwargs = {"include_dashboard": False, "configure_logging": True, "logging_level": console.library_log_level()}
         if address:
             kwargs["address"] = address
         elif not os.environ.get("RAY_ADDRESS"):
@@ -233,13 +234,14 @@ def task_options() -> dict:
 
 
 def worker_env_vars() -> dict[str, str]:
-    """Storage settings to hand to every worker of this driver's job.
+    """Storage settings (and the quieting of libraries, pipeline/console.py) to hand to every
+    worker of this driver's job.
 
     Inside a submitted job, the variables its runtime_env already sets are left out: workers
     have them, and Ray refuses a driver that sets one of them again.
     """
     already = storage.submitted_job_env_vars()
-    return {k: v for k, v in storage.worker_env().items() if k not in already}
+    return {k: v for k, v in (storage.worker_env() | console.worker_env()).items() if k not in already}
 
 
 def library_versions() -> dict[str, str | None]:

@@ -514,10 +514,12 @@ def compute_blocks(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool
         )
     dataset.context.max_errored_blocks = -1  # a failed block is isolated below, not fatal here
     statuses = []
+    progress = Progress(stage, sum(b.num_rows for b in blocks))
     try:
         # Streaming: parts are written by the actors as batches finish, statuses come back here.
         for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
             statuses.append(batch)
+            progress.add(batch.num_rows)
     except Exception as exc:  # e.g. the pool ran out of restarts: what is left is isolated
         log.warning("%s: the actor pool stopped (%s: %s); finishing the remaining batches one worker at a time", stage, type(exc).__name__, str(exc)[:300])
     failed = _lost_rows(blocks, statuses)
@@ -525,6 +527,25 @@ def compute_blocks(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool
         log.warning("%s: %d batches (%d requests) lost their worker; isolating the cause", stage, len(failed), sum(b.num_rows for b in failed))
         statuses.append(isolate_failures(failed, worker_cls, worker_kwargs, pool, stage=stage, row_schema=row_schema))
     return pa.concat_tables(statuses) if statuses else result_schema(row_schema).empty_table()
+
+
+class Progress:
+    """One log line every `every_s` seconds while a stage runs: requests done of total, rate, ETA."""
+
+    def __init__(self, stage: str, total: int, every_s: float = 10.0):
+        self.stage, self.total, self.every_s = stage, total, every_s
+        self.done, self.start = 0, time.perf_counter()
+        self.last = self.start
+
+    def add(self, n: int) -> None:
+        self.done += n
+        now = time.perf_counter()
+        if now - self.last < self.every_s or self.done >= self.total:
+            return
+        self.last = now
+        rate = self.done / (now - self.start)
+        log.info("%s: %d/%d requests (%.0f%%), %.1f/s, about %.0f s left", self.stage, self.done, self.total,
+                 100 * self.done / self.total, rate, (self.total - self.done) / rate)
 
 
 def _lost_rows(blocks: list[pa.Table], statuses: list[pa.Table]) -> list[pa.Table]:

@@ -136,7 +136,7 @@ class Lease:
     def acquire(self) -> Lease:
         mine = self._record()
         if self._create(mine):
-            log.info("lease %s taken (%s, ttl %.0f s)", self.url, self.what, self.ttl_s)
+            log.debug("lease %s taken (%s, ttl %.0f s)", self.url, self.what, self.ttl_s)
             return self
         current = self.read()
         if current is None:  # released between our attempt and the read: try once more

@@ -1,0 +1,75 @@
+"""A run prints what a user needs: our stage lines, our warnings and the summary. Ray's and
+transformers' internal chatter is silenced unless `--verbose` (pipeline/console.py)."""
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline import console
+
+REPO = Path(__file__).resolve().parent.parent
+# Lines a first run printed before (issue 29): none says anything a user can act on.
+NOISE = ("Token authentication is enabled", "logging_progress", "Running Dataset", "is falling back to its reference",
+         "Loading weights", "Progress will be logged")
+
+
+@pytest.fixture
+def clean(monkeypatch):
+    for name in [*console.QUIET_ENV, "DEPICT_VERBOSE"]:
+        monkeypatch.delenv(name, raising=False)
+    levels = {name: logging.getLogger(name).level for name in console.QUIET_LOGGERS}
+    yield monkeypatch
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
+
+
+def test_verbose_flags_are_taken_out_of_the_overrides_and_keep_the_libraries_loud(clean):
+    assert console.configure(["--verbose", "root=/x", "-v"]) == ["root=/x"]
+    assert console.verbose() and console.worker_env() == {} and console.library_log_level() == logging.WARNING
+    assert "TRANSFORMERS_VERBOSITY" not in os.environ
+
+
+def test_a_quiet_run_silences_the_libraries_here_and_on_ray_workers(clean):
+    assert console.configure(["root=/x"]) == ["root=/x"]
+    assert not console.verbose() and console.library_log_level() == logging.ERROR
+    assert os.environ["TRANSFORMERS_VERBOSITY"] == "error" and os.environ["RAY_DATA_LOG_LEVEL"] == "WARNING"
+    assert logging.getLogger("transformers").getEffectiveLevel() >= logging.ERROR
+    assert console.worker_env() == console.QUIET_ENV  # what a cluster's workers are handed
+
+    clean.setenv("TRANSFORMERS_VERBOSITY", "info")  # a user's own choice is kept
+    assert console.worker_env()["TRANSFORMERS_VERBOSITY"] == "info"
+
+
+@pytest.mark.slow
+def test_the_first_command_prints_no_library_noise_but_every_warning_of_ours(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in (*console.QUIET_ENV, "DEPICT_VERBOSE", "RAY_ADDRESS")}
+    run = subprocess.run(
+        [sys.executable, "jobs/sweep.py", f"root={tmp_path}", "benchmarks=[demo]", "benchmark_overrides.demo.protocol.statistics=[srcc]",
+         "bootstrap.n_resamples=20", "compute.progress_bars=false"],
+        cwd=REPO, env=env | {"PYTHONUNBUFFERED": "1"}, capture_output=True, text=True, timeout=300,
+    )
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-4000:]
+    assert [marker for marker in NOISE if marker in output] == []
+    assert "answers/smoke: 176 needed, 0 cached, 176 to compute" in output  # our stage line
+    assert "WARNING: smoke: low answer mass" in output  # what matters still prints (random weights)
+    assert "run: smoke" in output and "errors: none" in output
+    assert len(output.splitlines()) < 40, output
+
+
+def test_a_long_stage_logs_its_progress_with_rate_and_time_left(caplog, monkeypatch):
+    from pipeline.stages import engine_stage
+
+    clock = iter([0.0, 12.0, 15.0, 30.0])
+    monkeypatch.setattr(engine_stage.time, "perf_counter", lambda: next(clock))
+    progress = engine_stage.Progress("answers/smoke", total=400, every_s=10)
+    with caplog.at_level(logging.INFO, logger="pipeline.stages.engine_stage"):
+        progress.add(100)  # t=12: 100 done at 8.3/s, 300 left
+        progress.add(100)  # t=15: under 10 s since the last line
+        progress.add(200)  # t=30: done, the stage's own summary follows
+    assert caplog.messages == ["answers/smoke: 100/400 requests (25%), 8.3/s, about 36 s left"]
