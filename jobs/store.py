@@ -79,6 +79,9 @@ def parse_args(argv: list[str]) -> dict:
 
 @guarded  # a missing store: one line, exit 2; a compaction already running on a folder: exit 3
 def main(argv: list[str]) -> int:
+    if {"-h", "--help"} & set(argv):
+        print(__doc__)
+        return 0
     try:
         args = parse_args(argv)
     except ValueError as exc:

@@ -49,6 +49,9 @@ def parse_args(argv: list[str]) -> dict:
 
 @guarded  # a missing, unfinished or mixed run: one line, exit 2
 def main(argv: list[str]) -> int:
+    if {"-h", "--help"} & set(argv):
+        print(__doc__)
+        return 0
     try:
         args = parse_args(argv)
     except ValueError as exc:

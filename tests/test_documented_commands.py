@@ -673,3 +673,13 @@ def test_accepted_commands_and_what_stands_in_for_placeholders(tmp_path, monkeyp
     assert [problem for _, problem in outcomes] == [None, None, None, None, None, outcomes[-1][1]]
     assert outcomes[-1][1].startswith("skipped: ray other than")
     assert (tmp_path / "user_conf" / "sweep" / "nightly.yaml").exists()  # the user's preset, stood in for
+
+
+@pytest.mark.parametrize("job", sorted(p.stem for p in (REPO / "jobs").glob("*.py") if p.stem != "__init__"))
+def test_every_job_answers_help_with_its_docstring(job, capsys):
+    """`depict <job> --help` is documented (jobs/__init__.py) for every job."""
+    import importlib
+
+    module = importlib.import_module(f"jobs.{job}")
+    assert module.main(["--help"]) == 0
+    assert capsys.readouterr().out.strip() == module.__doc__.strip()
