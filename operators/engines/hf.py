@@ -10,6 +10,7 @@ and coarse); `engine_options: {cpu_dtype: bfloat16}` overrides the CPU choice.
 from __future__ import annotations
 
 import gc
+import logging
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -17,10 +18,13 @@ import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from operators.engines.base import Prompt
+from operators.engines.hf_prefix import PrefixScorer, shared_image_groups, supports_reuse
 from operators.engines.spec import BackboneSpec
 from operators.engines.yesno import multi_token_spellings, render_prompt, yes_no_logprobs, yes_no_token_ids
 from operators.images import fit_pixels
 from operators.tiny_models import resolve_model_id
+
+log = logging.getLogger(__name__)
 
 
 class HFEngine:
@@ -44,6 +48,12 @@ class HFEngine:
         self.prompt_tokens = 0  # prompt tokens scored so far (image tokens included): for throughput reports
         text_config = self.model.config.get_text_config()
         self.max_prompt_tokens = spec.max_prompt_tokens or getattr(text_config, "max_position_embeddings", None)
+        # Questions about one image run its prefix once (operators/engines/hf_prefix.py), where the
+        # family is known to give the same answers; engine_options: {prefix_reuse: false} turns it off.
+        self.prefix_reuse = bool(spec.engine_options.get("prefix_reuse", True)) and supports_reuse(self.model)
+        if spec.engine_options.get("prefix_reuse", True) and not self.prefix_reuse:
+            log.info("%s: no image-prefix reuse for model type %s (each question runs its image again)",
+                     spec.name, getattr(self.model.config, "model_type", "?"))
 
     def prompt_lengths(self, prompts: Sequence[Prompt]) -> list[int]:
         """Input tokens per prompt: the rendered text's tokens plus each image's expansion
@@ -68,15 +78,35 @@ class HFEngine:
 
     def score_yes_no(self, prompts: Sequence[Prompt]) -> np.ndarray:
         out = np.empty((len(prompts), 2), dtype=np.float64)
-        for indices in self._batches(prompts):
+        plain = list(range(len(prompts)))
+        if self.prefix_reuse:
+            groups, plain = shared_image_groups(prompts)
+            for group in groups:
+                if not self._score_shared(prompts, group, out):
+                    plain += group
+        for batch in self._batches([prompts[i] for i in plain]):
+            indices = [plain[b] for b in batch]
             inputs = self._encode([prompts[i] for i in indices])
             self.prompt_tokens += int(inputs["attention_mask"].sum())
             with torch.inference_mode():
                 logits = self.model(**inputs, logits_to_keep=1).logits[:, -1, :]
-            logprobs = torch.log_softmax(logits.float(), dim=-1).cpu().numpy()
-            for row, i in zip(logprobs, indices, strict=True):
-                out[i] = yes_no_logprobs(row, self.yes_ids, self.no_ids)
+            self._read(logits, indices, out)
         return out
+
+    def _score_shared(self, prompts: Sequence[Prompt], group: list[int], out: np.ndarray) -> bool:
+        """One image's questions through its shared prefix; False when they cannot share it."""
+        inputs = self._encode([prompts[i] for i in group])
+        logits = PrefixScorer(self.model, self.tokenizer.pad_token_id, self.spec.batch_size).last_logits(inputs)
+        if logits is None:
+            return False
+        self.prompt_tokens += int(inputs["attention_mask"].sum())  # tokens answered for, as without reuse
+        self._read(torch.stack(logits), group, out)
+        return True
+
+    def _read(self, logits: torch.Tensor, indices: Sequence[int], out: np.ndarray) -> None:
+        logprobs = torch.log_softmax(logits.float(), dim=-1).cpu().numpy()
+        for row, i in zip(logprobs, indices, strict=True):
+            out[i] = yes_no_logprobs(row, self.yes_ids, self.no_ids)
 
     def generate(self, prompts: Sequence[Prompt], max_new_tokens: int) -> list[str]:
         texts: list[str] = [""] * len(prompts)

@@ -57,10 +57,10 @@ class BackboneSpec:
         memory, process layout), which change speed but not answers.
         """
         revision = self.revision
-        if self.model_id.startswith("builtin:"):  # built locally: its recipe version is its revision
-            from operators.tiny_models import RECIPE_VERSION
+        if self.model_id.startswith("builtin:"):  # built locally: its recipe version is its revision;
+            from operators.tiny_models import builtin_revision  # shipped trained weights: their files' hash
 
-            revision = f"recipe-{RECIPE_VERSION}"
+            revision = builtin_revision(self.model_id)
         return content_key(
             self.model_id,
             revision,
@@ -92,7 +92,7 @@ THROUGHPUT_OPTIONS = frozenset(
         "enforce_eager", "disable_log_stats", "swap_space", "cpu_offload_gb", "block_size",
         "pipeline_parallel_size", "disable_custom_all_reduce", "max_parallel_loading_workers",
         "compilation_config", "async_scheduling", "show_progress", "progress_bars", "use_tqdm",
-        "batch_size", "log_level",
+        "batch_size", "log_level", "prefix_reuse",
     }
 )
 

@@ -1,0 +1,72 @@
+"""The hf engine's image-prefix reuse (operators/engines/hf_prefix.py) answers as the plain path
+does, for every family it is on for, with several images and questions per batch, chunks of
+suffixes that reuse one prefix, caption-only prompts, a lone image and a system turn mixed in."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from operators.engines import hf_prefix
+from operators.engines.base import Prompt
+from operators.engines.hf import HFEngine
+from operators.engines.spec import BackboneSpec
+
+FAMILIES = ["builtin:tiny-vlm", "builtin:tiny-qwen3vl", "builtin:tiny-qwen2vl"]  # Qwen3.5 (hybrid), Qwen3-VL, Qwen2-VL
+QUESTIONS = ["Is there a red circle?", "Is the square blue?", "Are there two triangles?", "Is the circle left of the big square?", "No?"]
+
+
+def prompts() -> list[Prompt]:
+    rng = np.random.default_rng(0)
+    images = [Image.fromarray(rng.integers(0, 255, (48 + 16 * i, 64, 3), dtype=np.uint8)) for i in range(3)]
+    out = [Prompt(user=q, image=image, image_id=f"img{i}") for i, image in enumerate(images) for q in QUESTIONS]
+    out += [Prompt(user=f"Description: a red circle. {q}") for q in QUESTIONS[:3]]  # caption-only
+    out += [Prompt(user=QUESTIONS[0], image=images[0], image_id="img0", system="Answer yes or no.") for _ in range(2)]  # another system turn
+    out.append(Prompt(user=QUESTIONS[1], image=images[2], image_id="lone", system="Be brief."))  # an image asked once
+    return out
+
+
+@pytest.mark.parametrize("model_id", FAMILIES)
+def test_reuse_gives_the_answers_of_the_plain_path(model_id, monkeypatch):
+    spec = BackboneSpec(name="t", model_id=model_id, engine="hf", batch_size=3)  # 5 questions per image: 2 chunks per prefix
+    plain = HFEngine(BackboneSpec(name="t", model_id=model_id, engine="hf", batch_size=3, engine_options={"prefix_reuse": False}))
+    reused = HFEngine(spec)
+    assert reused.prefix_reuse and not plain.prefix_reuse
+    shared = []
+    original = hf_prefix.PrefixScorer.last_logits
+    monkeypatch.setattr(hf_prefix.PrefixScorer, "last_logits", lambda self, inputs: shared.append(len(inputs["input_ids"])) or original(self, inputs))
+    batch = prompts()
+    expected, got = plain.score_yes_no(batch), reused.score_yes_no(batch)
+    assert sorted(shared) == [2, 5, 5, 5]  # three images' questions and the system-turn pair shared a prefix
+    assert np.abs(got - expected).max() < 1e-5
+    assert np.abs(np.exp(got) - np.exp(expected)).max() < 1e-6
+    assert reused.prompt_tokens == plain.prompt_tokens  # throughput reports count the same tokens
+
+
+def test_groups_are_one_image_and_system_turn_asked_more_than_once():
+    image = Image.new("RGB", (8, 8))
+    batch = [Prompt(user="a", image=image, image_id="x"), Prompt(user="b"), Prompt(user="c", image=image, image_id="x"),
+             Prompt(user="d", image=image, image_id="x", system="s"), Prompt(user="e", image=image, image_id="y")]
+    assert hf_prefix.shared_image_groups(batch) == ([[0, 2]], [1, 3, 4])
+
+
+def test_the_common_prefix_leaves_every_row_its_last_token():
+    rows = [torch.tensor([1, 2, 3, 4]), torch.tensor([1, 2, 3, 9, 9]), torch.tensor([1, 2, 3, 4, 5])]
+    assert hf_prefix.common_prefix_length(rows) == 3
+    assert hf_prefix.common_prefix_length([torch.tensor([1, 2, 3]), torch.tensor([1, 2, 3])]) == 2  # identical rows
+
+
+def test_an_expanded_cache_leaves_the_prefix_cache_intact():
+    class Layer:
+        def __init__(self):
+            self.keys = torch.ones(1, 2, 3)
+            self.recurrent_states = {0: torch.zeros(1, 4)}
+            self.is_initialized = True
+
+    cache = type("Cache", (), {})()
+    cache.layers = [Layer()]
+    twin = hf_prefix.expand_cache(cache, 3)
+    twin.layers[0].keys += 1
+    assert twin.layers[0].keys.shape == (3, 2, 3) and twin.layers[0].recurrent_states[0].shape == (3, 4)
+    assert cache.layers[0].keys.shape == (1, 2, 3) and float(cache.layers[0].keys.sum()) == 6.0
