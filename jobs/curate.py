@@ -6,7 +6,9 @@ Rerunning the same night does nothing. Change the rule without any model work:
 `python jobs/curate.py curation=default decide_only=true min_score=0.7`.
 On a cluster: `ray job submit --working-dir . -- python jobs/curate.py root=s3://bucket/depict inputs=[s3://bucket/incoming/]`.
 Exit codes: 0 done, 2 bad input, 3 another curation holds the lease on this output
-(it expires after lease.ttl_s; lease.force=true takes it over). See docs/curation.md.
+(it expires after lease.ttl_s; lease.force=true takes it over), 4 the output or store cannot be
+written (no space, read-only, permission denied: one line naming the path), 130 interrupted:
+rerun to resume. See docs/curation.md and docs/troubleshooting.md.
 """
 from __future__ import annotations
 

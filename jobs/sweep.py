@@ -4,7 +4,8 @@ Locally this starts Ray on this machine; on a cluster submit it with
 `ray job submit --working-dir . -- python jobs/sweep.py sweep=paper root=s3://bucket/depict`.
 Overrides use OmegaConf dot-list syntax: backbones=[qwen3_5-4b] compute.engines_per_backbone=4.
 Exit codes: 0 done, 2 bad input (one line naming the key or path), 3 another sweep is writing
-the same run folder (docs/troubleshooting.md).
+the same run folder, 4 the store or run folder cannot be written (no space, read-only, permission
+denied: one line naming the path), 130 interrupted: rerun to resume (docs/troubleshooting.md).
 """
 from __future__ import annotations
 

@@ -9,6 +9,9 @@ import io
 import math
 import os
 import re
+import socket
+from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import fsspec
 from fsspec.core import url_to_fs
@@ -90,10 +93,62 @@ def read_image_bytes(uri: str) -> bytes:
     """
     try:
         return retrying(f"read image {uri}", lambda: _read(uri))
-    except FileNotFoundError as e:
-        raise ImageError(uri, "file not found") from e
-    except (OSError, ValueError) as e:
-        raise ImageError(uri, f"cannot read: {e}") from e
+    except Exception as e:
+        why = unreachable(split_byte_range(uri)[0], e)
+        if why is not None:
+            raise ImageError(uri, why) from e
+        if isinstance(e, FileNotFoundError):
+            raise ImageError(uri, "file not found") from e
+        if isinstance(e, (OSError, ValueError)):
+            raise ImageError(uri, f"cannot read: {e}") from e
+        raise
+
+
+def unreachable(url: str, exc: BaseException) -> str | None:
+    """Why a URL could not be read when the cause is the network or the server, not a missing
+    file: "cannot resolve host <host>", "connection refused by <host>:<port>", "timed out
+    reaching <host>:<port>", "HTTP <status> (<reason>)", "cannot connect to <host>:<port> (...)";
+    None for anything else, and for every URL that is not http(s) (a local file, an S3 key:
+    s3fs names its own errors).
+
+    fsspec's HTTP file system raises FileNotFoundError for every failure of its first request
+    (a host that does not resolve, a refused connection, a timeout, any HTTP status): the
+    aiohttp error it chains says which one it was."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https"):
+        return None
+    host = parts.hostname or url
+    try:
+        port = parts.port or {"http": 80, "https": 443}[parts.scheme.lower()]
+    except ValueError:  # a port that is not a number
+        port = None
+    where = f"{host}:{port}" if port else host
+    links = list(_chain(exc))
+    for link in links:  # an HTTP answer: the server was reached, and said no
+        status = getattr(link, "status", None)
+        if isinstance(status, int) and 100 <= status <= 599:
+            reason = getattr(link, "message", None)
+            return f"HTTP {status}" + (f" ({reason})" if isinstance(reason, str) and reason.strip() else "")
+    if any(isinstance(link, socket.gaierror) or type(link).__name__ == "ClientConnectorDNSError" for link in links):
+        return f"cannot resolve host {host}"
+    if any(isinstance(link, ConnectionRefusedError) for link in links):
+        return f"connection refused by {where}"
+    if any(isinstance(link, TimeoutError) for link in links):  # asyncio's and aiohttp's timeouts are TimeoutError
+        return f"timed out reaching {where}"
+    connection = next((link for link in links if isinstance(link, ConnectionError) or type(link).__name__.startswith("ClientConnector")), None)
+    if connection is not None:
+        return f"cannot connect to {where} ({' '.join(str(connection).split()) or type(connection).__name__})"
+    return None
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc` and the exceptions behind it (`__cause__`, `__context__`), outermost first."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        yield link
+        link = link.__cause__ if link.__cause__ is not None else link.__context__
 
 
 _STORED_COPY = re.compile(r".*/images/(?P<hh>[0-9a-f]{2})/(?P=hh)[0-9a-f]{30}\.[a-z]{2,4}")  # the store's copy of an image

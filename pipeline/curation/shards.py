@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
 from operators.hashing import digest
-from operators.images import ImageError, decode_image
+from operators.images import ImageError, decode_image, unreachable
 from pipeline.curation.tar_walk import FileBlocks, Unsupported, regular_members, tar_bytes
 from pipeline.store.folder import BadRecord, Folder
 from pipeline.store.image_packs import ImagePack
@@ -133,8 +133,18 @@ def _expand(fs, path: str, pattern: str) -> dict[str, dict]:
         return {p: i for p, i in sorted(listing.items()) if i.get("type") == "file" and shard_format(p) and not _hidden(p, path)}
     try:
         return {path: fs.info(path)}
-    except FileNotFoundError:
-        raise ShardError(f"{pattern}: input shard not found") from None
+    except FileNotFoundError as exc:
+        raise ShardError(f"{pattern}: {_not_found(pattern, exc)}") from None
+
+
+def _not_found(uri: str, exc: FileNotFoundError) -> str:
+    """Why a shard cannot be read that fsspec reports as not found. Its HTTP file system says
+    "not found" for a host that does not resolve, a refused connection or a 403 too: those
+    are named (`operators.images.unreachable`) rather than called a missing shard."""
+    why = unreachable(uri, exc)
+    if why is None:
+        return "input shard not found"
+    return f"input shard not found ({why.split(' (')[0]})" if why.startswith(("HTTP 404", "HTTP 410")) else why
 
 
 def _hidden(file_path: str, root: str) -> bool:
@@ -168,8 +178,8 @@ def current_version(shard: Shard, detect_changes: str = "stat") -> tuple[int, st
     fs, path = url_to_fs(shard.uri)
     try:
         info = fs.info(path)
-    except FileNotFoundError:
-        raise ShardError(f"{shard.uri}: input shard not found") from None
+    except FileNotFoundError as exc:
+        raise ShardError(f"{shard.uri}: {_not_found(shard.uri, exc)}") from None
     return int(info["size"]), _version(fs, path, info, detect_changes)
 
 
@@ -226,8 +236,8 @@ def read_shard(uri: str, fmt: str) -> pa.Table:
         try:
             with fsspec.open(uri, "rb") as f:
                 return pq.read_table(f)
-        except FileNotFoundError:
-            raise ShardError(f"{uri}: input shard not found") from None
+        except FileNotFoundError as exc:
+            raise ShardError(f"{uri}: {_not_found(uri, exc)}") from None
         except (pa.ArrowInvalid, OSError) as exc:
             raise ShardError(f"{uri}: not a readable Parquet file ({exc})") from exc
     if fmt == "webdataset":
@@ -250,8 +260,8 @@ def read_webdataset(uri: str) -> pa.Table:
             members = [(name, view[start : start + size]) for name, start, size in regular_members(tar)]
         except Unsupported:
             members = _members_with_tarfile(raw)
-    except FileNotFoundError:
-        raise ShardError(f"{uri}: input shard not found") from None
+    except FileNotFoundError as exc:
+        raise ShardError(f"{uri}: {_not_found(uri, exc)}") from None
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise ShardError(f"{uri}: not a readable tar file ({exc})") from exc
     return webdataset_table(members)

@@ -183,20 +183,33 @@ def write_local_atomically(path: str, data: bytes) -> None:
     tmp = posixpath.join(folder, f"{TMP_PREFIX}{uuid.uuid4().hex}")  # what `store gc` removes once old
     flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY
     try:
-        fd = os.open(tmp, flags, 0o666)
-    except FileNotFoundError:
-        os.makedirs(folder, exist_ok=True)
-        fd = os.open(tmp, flags, 0o666)
+        try:
+            fd = os.open(tmp, flags, 0o666)
+        except FileNotFoundError:
+            os.makedirs(folder, exist_ok=True)
+            fd = os.open(tmp, flags, 0o666)
+    except OSError as exc:
+        _name_target(exc, path, tmp)
+        raise
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError):
+            _name_target(exc, path, tmp)
         raise
+
+
+def _name_target(exc: OSError, path: str, tmp: str) -> None:
+    """Let `exc` name the file being written: a failed write (no space left, a read-only file
+    system) names no file, or the temporary one, which no user knows of."""
+    if exc.errno is not None and exc.filename in (None, tmp):
+        exc.filename = path
 
 
 def protocols(fs) -> tuple[str, ...]:

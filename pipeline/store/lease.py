@@ -165,10 +165,19 @@ class Lease:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
                 return False
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as exc:  # no space left, over quota: the file is ours (O_EXCL), and empty or cut
+                try:
+                    os.unlink(self.path)
+                except OSError:
+                    pass
+                if exc.errno is not None and exc.filename is None:
+                    exc.filename = self.path  # a failed write names no file; the job's one line names this one
+                raise
             return True
         if self.s3:
             try:
