@@ -1,0 +1,137 @@
+"""The laptop preset (`sweep=laptop`: the demo on Qwen3.5-0.8B through the hf engine), timed on
+this machine with a random-weight model of Qwen3.5-0.8B's published architecture, so that the
+compute per request is the real one (the real weights cannot be downloaded here). Prints
+numbers; not a test.
+
+    python bench/bench_laptop.py                  # 12 demo items' requests, with and without image-prefix reuse
+    python bench/bench_laptop.py --groups 24      # more of the demo (the whole preset sends 486 requests)
+
+Each variant is the real job (`jobs/sweep.py sweep=laptop`, the demo's correlation part cut to
+`--groups` bootstrap groups) in a fresh root, the backbone pointed at the local model; it
+prints the answers stage's requests/s (its seconds include loading the model, a few seconds), the
+extrapolated minutes of the full preset, and the largest |logp| difference between the two
+variants' answers.
+
+Measured on the 2-core build machine (shared with a training job), --groups 6 (122 requests):
+without reuse 0.43 requests/s, with reuse 0.58/s (1.36x), answers equal within 4.3e-6 in
+log-probability (7e-11 in probability). The whole preset: 19 -> 14 minutes. Reuse saves the
+image's tokens (64 of ~100 per request at 256 px) and the vision tower's passes, but on CPU
+most of the time goes to transformers' reference gated-delta-rule kernel for Qwen3.5's 18
+linear-attention layers, which pads every call to 64-token chunks and loops over them in
+Python: a shorter suffix costs nearly as much as the whole prompt did, so the gain stays well
+below the token ratio here (an attention-only family, or flash-linear-attention's kernels on a
+GPU, keep more of it).
+
+Architecture (Qwen/Qwen3.5-0.8B's config.json as published; the same numbers in several public
+configs and model cards): text 24 layers (18 Gated DeltaNet + 6 gated attention, one in four),
+hidden 1024, FFN 3584, 8 query / 2 KV heads of 256 (partial rotary 0.25, mrope [11, 11, 10]
+interleaved, theta 1e7), DeltaNet 16 key / 16 value heads of 128, conv kernel 4, vocabulary
+248,320, tied embeddings; vision 12 layers, hidden 768, 12 heads, MLP 3072, patch 16, temporal
+patch 2, merge 2, 2304 position embeddings, out 1024. The tokenizer is this project's small
+word-level one (text prompts are about as long as with Qwen's BPE on the demo's short English);
+the embedding matrix has the real vocabulary's size.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+TEXT = {
+    "vocab_size": 248320, "hidden_size": 1024, "intermediate_size": 3584, "num_hidden_layers": 24,
+    "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 6, "full_attention_interval": 4,
+    "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 256,
+    "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+    "linear_num_key_heads": 16, "linear_num_value_heads": 16, "max_position_embeddings": 262144,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                        "mrope_section": [11, 11, 10], "mrope_interleaved": True},
+    "tie_word_embeddings": True,
+}
+VISION = {"depth": 12, "hidden_size": 768, "num_heads": 12, "intermediate_size": 3072, "patch_size": 16, "temporal_patch_size": 2,
+          "spatial_merge_size": 2, "num_position_embeddings": 2304, "out_hidden_size": 1024, "hidden_act": "gelu_pytorch_tanh"}
+
+
+def build(path: Path) -> Path:
+    """Save the random-weight 0.8B-architecture model (bfloat16 safetensors, ~1.8 GB) once."""
+    if (path / "config.json").exists():
+        return path
+    import torch
+    from transformers import Qwen2VLImageProcessor, Qwen3_5Config, Qwen3_5ForConditionalGeneration, Qwen3VLProcessor, Qwen3VLVideoProcessor
+
+    from operators.tiny_models import CHAT_TEMPLATE, _train_tokenizer
+
+    tokenizer = _train_tokenizer()
+    token_id = tokenizer.convert_tokens_to_ids
+    processor = Qwen3VLProcessor(
+        image_processor=Qwen2VLImageProcessor(patch_size=16, merge_size=2, size={"shortest_edge": 64 * 64, "longest_edge": 448 * 448}),
+        tokenizer=tokenizer, video_processor=Qwen3VLVideoProcessor(), chat_template=CHAT_TEMPLATE,
+    )
+    config = Qwen3_5Config(
+        text_config=TEXT | {"eos_token_id": token_id("<|im_end|>"), "pad_token_id": token_id("<|endoftext|>")}, vision_config=VISION,
+        image_token_id=token_id("<|image_pad|>"), video_token_id=token_id("<|video_pad|>"),
+        vision_start_token_id=token_id("<|vision_start|>"), vision_end_token_id=token_id("<|vision_end|>"), tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    model = Qwen3_5ForConditionalGeneration(config).to(torch.bfloat16).eval()
+    print(f"built {sum(p.numel() for p in model.parameters()) / 1e9:.2f}B parameters", flush=True)
+    staging = path.with_name(path.name + ".partial")
+    model.save_pretrained(staging)
+    processor.save_pretrained(staging)
+    staging.rename(path)
+    return path
+
+
+def run(model: Path, root: Path, groups: int, reuse: bool) -> dict:
+    args = [
+        sys.executable, "jobs/sweep.py", "sweep=laptop", f"root={root}", "benchmarks=[demo]", f"benchmark_overrides.demo.limit_groups={groups}",
+        "benchmark_overrides.demo.protocol.statistics=[srcc]", "bootstrap.n_resamples=20", "compute.progress_bars=false",
+        f"backbone_overrides.qwen3_5-0_8b.model_id={model}", f"backbone_overrides.qwen3_5-0_8b.engine_options={{prefix_reuse: {str(reuse).lower()}}}",
+    ]
+    started = time.perf_counter()
+    done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, env=os.environ | {"HF_HUB_OFFLINE": "1"})
+    if done.returncode:
+        sys.exit(f"the sweep failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    manifest = json.loads((root / "runs" / "laptop" / "manifest.json").read_text())
+    (answers,) = [s for s in manifest["stages"] if s["stage"] == "answers"]
+    return answers | {"wall_s": time.perf_counter() - started}
+
+
+def stored(root: Path):
+    import polars as pl
+
+    return pl.read_parquet(root / "store" / "answers" / "qwen3_5-0_8b" / "*.parquet").select("key", "logp_yes", "logp_no").sort("key")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--groups", type=int, default=12, help="demo bootstrap groups to score (default 12)")
+    parser.add_argument("--model", type=Path, default=Path(os.environ.get("DEPICT_CACHE", Path.home() / ".cache" / "depict")) / "bench" / "qwen3_5-0_8b-arch")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/depict-bench-laptop"))
+    args = parser.parse_args()
+    model = build(args.model)
+    results = {}
+    for reuse in (False, True):
+        root = args.work / ("reuse" if reuse else "plain")
+        subprocess.run(["rm", "-rf", str(root)], check=True)
+        results[reuse] = r = run(model, root, args.groups, reuse)
+        print(f"prefix reuse {'on ' if reuse else 'off'}: {r['sent']} requests in {r['seconds']:.1f} s ({r['sent'] / r['seconds']:.2f}/s; job wall {r['wall_s']:.0f} s)", flush=True)
+    plain, reused = results[False], results[True]
+    speedup = (reused["sent"] / reused["seconds"]) / (plain["sent"] / plain["seconds"])
+    plain_answers, reused_answers = stored(args.work / "plain"), stored(args.work / "reuse")
+    assert plain_answers["key"].equals(reused_answers["key"])
+    diff = (plain_answers.select("logp_yes", "logp_no") - reused_answers.select("logp_yes", "logp_no")).to_numpy()
+    print(f"speed-up {speedup:.2f}x; answers agree within max |dlogp| {abs(diff).max():.2e}")
+    for reuse, r in results.items():
+        print(f"the whole preset (486 requests) at this rate: {486 / (r['sent'] / r['seconds']) / 60:.1f} min ({'with' if reuse else 'without'} reuse, "
+              f"{os.cpu_count()} cores)")
+
+
+if __name__ == "__main__":
+    main()
