@@ -18,9 +18,11 @@ if not __package__:  # run as a file (python jobs/<job>.py): this checkout's cod
 from omegaconf import OmegaConf  # noqa: E402
 
 from pipeline import console  # noqa: E402
+from pipeline.cli import guarded  # noqa: E402
 from pipeline.explore.site import write_site  # noqa: E402
 
 
+@guarded  # a missing run: one line, exit 2; storage failures exit 4; Ctrl-C exits 130
 def main(argv: list[str]) -> int:
     if not argv or {"-h", "--help"} & set(argv):
         print(__doc__)

@@ -24,6 +24,7 @@ if not __package__:  # run as a file (python jobs/<job>.py): this checkout's cod
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pipeline import console  # noqa: E402
+from pipeline.cli import guarded  # noqa: E402
 from pipeline.config import ConfigError, load_config  # noqa: E402
 from pipeline.preflight import PreflightOptions, run_preflight  # noqa: E402
 
@@ -31,6 +32,7 @@ OPTIONS = {"min_mass": ("min_median_mass", float), "min_p5": ("min_p5_mass", flo
            "compare_hf": ("compare_hf", lambda v: v.lower() in ("1", "true", "yes")), "images": ("images", int)}
 
 
+@guarded  # bad input: one line, exit 2; storage failures exit 4; Ctrl-C exits 130
 def main(argv: list[str]) -> int:
     if {"-h", "--help"} & set(argv):
         print(__doc__)

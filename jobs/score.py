@@ -21,6 +21,7 @@ from omegaconf import OmegaConf  # noqa: E402
 
 from pipeline import console  # noqa: E402
 from pipeline.api import PairErrors  # noqa: E402
+from pipeline.cli import guarded  # noqa: E402
 from pipeline.config import ConfigError  # noqa: E402
 from pipeline.pairs import PairsFileError, PairsJob, run_pairs  # noqa: E402
 
@@ -45,6 +46,7 @@ def parse(argv: list[str]) -> PairsJob:
     return job
 
 
+@guarded  # bad input: one line, exit 2; storage failures exit 4; Ctrl-C exits 130
 def main(argv: list[str]) -> int:
     if not argv or {"-h", "--help"} & set(argv):
         print(__doc__)
