@@ -11,6 +11,7 @@ A builder is deterministic: the same seed gives bit-identical weights and the sa
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -74,8 +75,9 @@ def _training_corpus() -> list[str]:
     return lines
 
 
-def _train_tokenizer():
-    """Byte-level BPE with Qwen3.5's normalizer and pre-tokenizer, trained on the corpus."""
+def _train_tokenizer(corpus: list[str] | None = None, vocab_size: int = 640):
+    """Byte-level BPE with Qwen3.5's normalizer and pre-tokenizer, trained on the corpus
+    (default: `_training_corpus()`; the micro VLM gives its own)."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import AddedToken, Qwen3_5Tokenizer
     from transformers.models.qwen3_5.tokenization_qwen3_5 import PRETOKENIZE_REGEX
@@ -88,12 +90,12 @@ def _train_tokenizer():
     ])
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=640,
+        vocab_size=vocab_size,
         special_tokens=SPECIAL_TOKENS,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    bpe.train_from_iterator(_training_corpus(), trainer)
+    bpe.train_from_iterator(_training_corpus() if corpus is None else corpus, trainer)
     model = json.loads(bpe.to_str())["model"]
     tokenizer = Qwen3_5Tokenizer(
         vocab=model["vocab"],
@@ -346,6 +348,33 @@ BUILDERS: dict[str, Callable[..., Path]] = {
 }
 
 
+# Trained models shipped inside the package (not built): `builtin:<name>` -> folder. Their
+# revision in answer keys is a hash of their files (`builtin_revision`), not RECIPE_VERSION.
+SHIPPED = {"builtin:micro-vlm": Path(__file__).parent / "weights" / "micro_vlm"}
+
+
+def builtin_revision(model_id: str) -> str:
+    """What stands for the revision of a `builtin:` model in answer keys: the shipped files'
+    hash for a trained model (new weights never reuse old answers), else the recipe version."""
+    if model_id in SHIPPED:
+        return _shipped_hash(str(SHIPPED[model_id]))
+    return f"recipe-{RECIPE_VERSION}"
+
+
+@functools.cache
+def _shipped_hash(folder: str) -> str:
+    import hashlib
+
+    digest = hashlib.blake2b(digest_size=16)
+    found = Path(folder).iterdir() if Path(folder).is_dir() else ()
+    files = sorted(p for p in found if p.is_file() and p.suffix in (".json", ".safetensors", ".jinja", ".txt"))
+    if not any(p.suffix == ".safetensors" for p in files):
+        raise FileNotFoundError(f"no weights in {folder}: the package is incomplete (reinstall it, or train: python jobs/micro_vlm.py train)")
+    for path in files:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return "weights-" + digest.hexdigest()
+
+
 def default_cache_dir() -> Path:
     """`$DEPICT_CACHE/builtin`, else `~/.cache/depict/builtin`."""
     root = os.environ.get("DEPICT_CACHE")
@@ -361,9 +390,12 @@ def resolve_model_id(model_id: str, cache_dir: str | os.PathLike | None = None) 
     """
     if not model_id.startswith("builtin:"):
         return model_id
+    if model_id in SHIPPED:
+        _shipped_hash(str(SHIPPED[model_id]))  # refuses a folder without weights, naming it
+        return str(SHIPPED[model_id])
     builder = BUILDERS.get(model_id)
     if builder is None:
-        raise ValueError(f"unknown builtin model {model_id!r}; known: {sorted(BUILDERS)}")
+        raise ValueError(f"unknown builtin model {model_id!r}; known: {sorted([*BUILDERS, *SHIPPED])}")
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     final = cache / f"{model_id.removeprefix('builtin:')}-r{RECIPE_VERSION}"
     if final.is_dir():
