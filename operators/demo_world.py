@@ -482,6 +482,7 @@ class WorldRequest:
     answer: bool
     fact_type: str
     form: str = ""
+    facts: tuple[Fact, ...] = ()  # the asked fact (image, caption), or the caption's facts (holistic)
 
 
 def benchmark_scenes() -> frozenset[frozenset[SceneObject]]:
@@ -503,6 +504,15 @@ def image_truth(fact: Fact, form: str, scene_: Scene) -> bool:
     if form == "depict" and fact.kind == "absent":
         return not fact.holds(scene_)
     return fact.holds(scene_)
+
+
+def question_type(fact: Fact, form: str) -> str:
+    """What a question asked on an image is about, from its wording: a depict question about a
+    negated thing ("Is there a circle?") asks for existence (or a colour), as any other would;
+    only the DSG form ("Is there no circle?") asks a negation."""
+    if form == "depict" and fact.kind == "absent":
+        return FACT_TYPES["colour" if fact.colour else "present"]
+    return FACT_TYPES[fact.kind]
 
 
 def caption_truth(fact: Fact) -> bool:
@@ -719,7 +729,7 @@ class WorldSampler:
                 holds = (not answer) if (form == "depict" and fact_type == "negation") else answer
                 fact = self.fact(scene_, fact_type, holds)
                 if fact is not None:
-                    return WorldRequest("image", scene_, None, fact_question(fact, form), image_truth(fact, form, scene_), fact_type, form)
+                    return WorldRequest("image", scene_, None, fact_question(fact, form), image_truth(fact, form, scene_), fact_type, form, (fact,))
         if kind == "caption":
             while True:
                 scene_ = self.scene()
@@ -727,7 +737,7 @@ class WorldSampler:
                 facts = [f for f in cap.facts if caption_truth(f) == answer and (fact_type is None or FACT_TYPES[f.kind] == fact_type)]
                 if facts:
                     fact = rng.choice(facts)
-                    return WorldRequest("caption", None, cap.text, fact.depict_question(), caption_truth(fact), FACT_TYPES[fact.kind], "depict")
+                    return WorldRequest("caption", None, cap.text, fact.depict_question(), caption_truth(fact), FACT_TYPES[fact.kind], "depict", (fact,))
         if kind == "holistic":
             while True:
                 scene_ = self.scene()
@@ -740,5 +750,5 @@ class WorldSampler:
                     cap = self.caption(scene_, p_true=0.97 if answer else 0.7)
                 holds = all(f.holds(scene_) for f in cap.facts)
                 if holds == answer:
-                    return WorldRequest("holistic", scene_, cap.text, None, holds, "holistic")
+                    return WorldRequest("holistic", scene_, cap.text, None, holds, "holistic", facts=tuple(cap.facts))
         raise ValueError(f"unknown request kind {kind!r}; valid: {REQUEST_KINDS}")

@@ -102,6 +102,7 @@ WORK = {
     "tables": [("jobs.tables", "write_reports")],
     "explore": [("jobs.explore", "write_site")],
     "store": [("jobs.store", "compact"), ("jobs.store", "gc"), ("jobs.store", "verify"), ("jobs.store", "prune_gone_shards")],
+    "micro_vlm": [("jobs.micro_vlm", "train_micro_vlm"), ("jobs.micro_vlm", "evaluate_micro_vlm")],
 }  # fmt: skip
 PRESET_KEYS = {"sweep": "sweep", "curate": "curation", "preflight": "sweep", "score": None}
 # Repository folders whose files other tools' commands may name (checked to exist).

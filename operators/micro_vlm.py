@@ -1,0 +1,470 @@
+"""`builtin:micro-vlm`: a Qwen3-VL trained from scratch on the demo world, shipped in the package.
+
+A real transformers `Qwen3VLForConditionalGeneration` (text head_dim 32, so vLLM's CPU build runs
+it as well), with a byte-level BPE tokenizer trained on the demo's vocabulary and the project's
+prompts ("Yes" and "No" are single tokens) and the tiny builtins' ChatML template with a BOS. It
+is trained on exactly the three yes/no request kinds the pipeline sends — image + question,
+caption alone + question, holistic "does this figure show <caption>" — rendered by the
+project's own templates (conf/prompts) and chat template, with the loss on the answer token.
+
+What makes the image path learn (the feasibility probes' notes): one merged visual token per
+grid cell (96 px images: 6x6 patches of 16 px, merged 2x2 -> 3x3 tokens), an auxiliary loss
+that asks each merged token what is in its cell (shape and colour; the auxiliary head is
+dropped at save time, so the saved model is a plain Qwen3-VL), image questions first, and
+balanced answers per fact type with hard negatives (`operators.demo_world.WorldSampler`).
+
+Training images go through a table of each cell's pixel patches, built once through the real
+path (PNG bytes -> `operators.images.decode_image` -> `fit_pixels` -> the processor): a cell's
+patches depend only on what is in that cell (the resampling filter never reaches across a cell
+border, where the demo's shapes leave background), and `PixelTable.check` compares whole scenes
+against the real path.
+
+Pure: torch and transformers, no Ray, no pipeline. `jobs/train_micro_vlm.py` runs `train`
+(with the prompt templates from conf/prompts); `pipeline/micro_eval.py` measures the result.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from operators import demo_world as W
+from operators.engines.base import Prompt
+from operators.prompts import fill
+
+IMAGE_SIDE = 96  # 6x6 patches of 16 px, merged 2x2: one visual token per grid cell
+MAX_IMAGE_PIXELS = IMAGE_SIDE * IMAGE_SIDE  # conf/backbones/micro.yaml: what the pipeline sends
+MIN_IMAGE_PIXELS = 32 * 32
+PATCH, MERGE = 16, 2
+CELL_CLASSES = len(W.SHAPES) + 1  # per cell: one of the shapes or empty (and one of the colours or none)
+TEMPLATE_OF_KIND = {"image": "answer_image", "caption": "answer_caption", "holistic": "holistic"}
+YES, NO = "Yes", "No"
+# Warm-up prompts: the question alone, so that the answer position sits next to the words it binds.
+SHORT_TEMPLATES = {"answer_image": "{question}", "holistic": "{caption}?"}
+
+
+# ---------------------------------------------------------------------------- building
+
+
+def tokenizer_corpus(templates: Mapping[str, str], seed: int = 0, n: int = 1500) -> list[str]:
+    """Prompts of every kind, filled with sampled demo captions and questions, plus the answers."""
+    from operators.tiny_models import ANSWER_WORDS, _training_corpus
+
+    sampler = W.WorldSampler(seed, "train")
+    lines = []
+    for _ in range(n):
+        for kind in W.REQUEST_KINDS:
+            lines.append(request_text(sampler.request(kind), templates))
+    lines += [f"{word} {word}" for word in ANSWER_WORDS for _ in range(20)]
+    lines += [f"{t} " * 3 for t in templates.values()]  # every template word, also the unused kinds'
+    lines += ["<|im_start|>user\n", "<|im_start|>assistant\n", "<|im_start|>system\n"] * 50  # the chat roles
+    return lines + _training_corpus()
+
+
+def request_text(request: W.WorldRequest, templates: Mapping[str, str]) -> str:
+    """The user text of a request, filled exactly as operators.answering fills it."""
+    template = templates[TEMPLATE_OF_KIND[request.kind]]
+    if request.kind == "image":
+        return fill(template, question=request.question)
+    if request.kind == "caption":
+        return fill(template, question=request.question, caption=request.caption)
+    return fill(template, caption=request.caption)
+
+
+def build_processor(templates: Mapping[str, str], seed: int = 0):
+    from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor, Qwen3VLVideoProcessor
+
+    from operators.tiny_models import BOS_CHAT_TEMPLATE, _train_tokenizer
+
+    tokenizer = _train_tokenizer(tokenizer_corpus(templates, seed), vocab_size=512)
+    tokenizer.bos_token = "<|endoftext|>"
+    return Qwen3VLProcessor(
+        image_processor=Qwen2VLImageProcessor(
+            patch_size=PATCH, merge_size=MERGE,
+            # never shrinks what the pipeline sends (fit_pixels already did, to MAX_IMAGE_PIXELS)
+            size={"shortest_edge": MIN_IMAGE_PIXELS, "longest_edge": 65536},
+        ),
+        tokenizer=tokenizer,
+        video_processor=Qwen3VLVideoProcessor(),
+        chat_template=BOS_CHAT_TEMPLATE,
+    )
+
+
+def build_model(processor, seed: int = 0, hidden: int = 128, layers: int = 4, vision_hidden: int = 64, vision_depth: int = 2):
+    import torch
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    tokenizer = processor.tokenizer
+    token_id = tokenizer.convert_tokens_to_ids
+    head_dim = 32  # vLLM's CPU attention needs >= 32
+    text = {
+        "vocab_size": (len(tokenizer) + 63) // 64 * 64,
+        "hidden_size": hidden,
+        "intermediate_size": 3 * hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": hidden // head_dim,
+        "num_key_value_heads": max(1, hidden // head_dim // 2),
+        "head_dim": head_dim,
+        "max_position_embeddings": 1024,
+        "tie_word_embeddings": True,
+        # mrope_section sums to head_dim / 2
+        "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [6, 5, 5], "mrope_interleaved": True},
+        "bos_token_id": token_id("<|endoftext|>"),
+        "eos_token_id": token_id("<|im_end|>"),
+        "pad_token_id": token_id("<|endoftext|>"),
+    }
+    vision = {
+        "depth": vision_depth, "hidden_size": vision_hidden, "intermediate_size": 2 * vision_hidden, "num_heads": vision_hidden // 32,
+        "patch_size": PATCH, "spatial_merge_size": MERGE, "temporal_patch_size": 2, "out_hidden_size": hidden,
+        "num_position_embeddings": 36, "deepstack_visual_indexes": [0],
+    }
+    config = Qwen3VLConfig(
+        text_config=text, vision_config=vision, tie_word_embeddings=True,
+        image_token_id=token_id("<|image_pad|>"), video_token_id=token_id("<|video_pad|>"),
+        vision_start_token_id=token_id("<|vision_start|>"), vision_end_token_id=token_id("<|vision_end|>"),
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen3VLForConditionalGeneration(config)
+    model.generation_config.eos_token_id = token_id("<|im_end|>")
+    model.generation_config.pad_token_id = token_id("<|endoftext|>")
+    return model
+
+
+# ---------------------------------------------------------------------------- pixels
+
+
+def real_pixel_values(scene: W.Scene, image_processor):
+    """What an engine feeds the model for a demo scene: PNG bytes, decoded, fitted, processed."""
+    from operators.images import decode_image, fit_pixels
+
+    image = fit_pixels(decode_image(W.png_bytes(W.render(scene)), "scene.png"), MAX_IMAGE_PIXELS, MIN_IMAGE_PIXELS)
+    out = image_processor(images=[image], return_tensors="pt")
+    return out["pixel_values"], out["image_grid_thw"]
+
+
+class PixelTable:
+    """Each grid cell's patch rows for each thing that can be in it (or nothing), so that a
+    scene's pixel values are a gather instead of a render + resize + processor call."""
+
+    def __init__(self, image_processor):
+        import torch
+
+        self.image_processor = image_processor
+        empty, grid = real_pixel_values((), image_processor)
+        if grid.tolist() != [[1, IMAGE_SIDE // PATCH, IMAGE_SIDE // PATCH]]:
+            raise RuntimeError(f"micro VLM images must be {IMAGE_SIDE} px squares; the processor made grid {grid.tolist()}")
+        per_cell = MERGE * MERGE  # patch rows per merged token; merged tokens run over cells in row-major order
+        self.things = [(s, c) for s in W.SHAPES for c in W.COLOURS]
+        table = torch.empty(9, len(self.things) + 1, per_cell, empty.shape[1])
+        for cell in range(9):
+            table[cell, 0] = empty[cell * per_cell:(cell + 1) * per_cell]
+        for t, (shape, colour) in enumerate(self.things, start=1):
+            full, _ = real_pixel_values(tuple(W.SceneObject(shape, colour, cell // 3, cell % 3) for cell in range(9)), image_processor)
+            for cell in range(9):
+                table[cell, t] = full[cell * per_cell:(cell + 1) * per_cell]
+        self.table = table
+        self.index = {thing: t for t, thing in enumerate(self.things, start=1)}
+
+    def cells(self, scene: W.Scene) -> list[int]:
+        """Per cell (row-major): 0 for empty, else 1 + the thing's index."""
+        out = [0] * 9
+        for obj in scene:
+            out[obj.row * 3 + obj.col] = self.index[obj.shape, obj.colour]
+        return out
+
+    def pixel_values(self, scenes: Sequence[W.Scene]):
+        import torch
+
+        cells = torch.tensor([self.cells(s) for s in scenes])  # (n, 9)
+        rows = self.table[torch.arange(9)[None, :], cells]  # (n, 9, per_cell, dim)
+        grid = torch.tensor([[1, IMAGE_SIDE // PATCH, IMAGE_SIDE // PATCH]] * len(scenes))
+        return rows.reshape(-1, rows.shape[-1]), grid
+
+    def check(self, scenes: Sequence[W.Scene]) -> float:
+        """Largest difference between the table's pixel values and the real path's."""
+        worst = 0.0
+        for scene in scenes:
+            real, _ = real_pixel_values(scene, self.image_processor)
+            mine, _ = self.pixel_values([scene])
+            worst = max(worst, float((real - mine).abs().max()))
+        return worst
+
+
+# ---------------------------------------------------------------------------- batches
+
+
+def focus_cells(request: W.WorldRequest) -> list[float]:
+    """Training-only targets for the answer position: which cells hold the asked thing (9), and
+    which hold a spatial question's other thing (9). Holistic requests: the caption's things."""
+    subject, other = [0.0] * 9, [0.0] * 9
+    if request.scene is None:
+        return subject + other
+    for fact in request.facts:
+        for obj in W._matching(request.scene, fact.shape, fact.colour):
+            subject[obj.row * 3 + obj.col] = 1.0
+        if fact.other is not None:
+            for obj in W._matching(request.scene, *fact.other):
+                other[obj.row * 3 + obj.col] = 1.0
+    return subject + other
+
+
+class _Shown:
+    """Stands in for an image in a Prompt: the chat template only asks whether there is one."""
+
+
+class Encoder:
+    """Requests -> the model's inputs, the same ids the processor makes from the rendered chat."""
+
+    def __init__(self, processor, templates: Mapping[str, str], pixels: PixelTable):
+        self.processor, self.templates, self.pixels = processor, dict(templates), pixels
+        tok = processor.tokenizer
+        self.pad = tok.convert_tokens_to_ids("<|endoftext|>")
+        self.image_token = tok.convert_tokens_to_ids("<|image_pad|>")
+        self.yes, self.no = tok.convert_tokens_to_ids(YES), tok.convert_tokens_to_ids(NO)
+        if tok.encode(YES, add_special_tokens=False) != [self.yes] or tok.encode(NO, add_special_tokens=False) != [self.no]:
+            raise RuntimeError("Yes/No must be single tokens")
+        self._ids: dict[tuple[str, bool], list[int]] = {}
+        one = {}
+        for word in (*W.SHAPES, *W.COLOURS):
+            for form in {word, word + "s"} if word in W.SHAPES else {word}:
+                ids = tok.encode(" " + form, add_special_tokens=False)
+                if len(ids) == 1:
+                    one[ids[0]] = word
+        self.shape_of_token = {i: w for i, w in one.items() if w in W.SHAPES}
+        self.colour_of_token = {i: w for i, w in one.items() if w in W.COLOURS}
+
+    def text(self, request: W.WorldRequest) -> str:
+        from operators.engines.yesno import render_prompt
+
+        image = _Shown() if request.kind != "caption" else None
+        return render_prompt(self.processor, Prompt(user=request_text(request, self.templates), image=image))
+
+    def ids(self, request: W.WorldRequest) -> list[int]:
+        text = self.text(request)
+        key = (text, request.kind != "caption")
+        if key not in self._ids:
+            ids = self.processor.tokenizer(text, add_special_tokens=False)["input_ids"]
+            per_image = (IMAGE_SIDE // PATCH // MERGE) ** 2
+            self._ids[key] = [j for i in ids for j in ([i] * per_image if i == self.image_token else [i])]
+        return self._ids[key]
+
+    def batch(self, requests: Sequence[W.WorldRequest]) -> dict:
+        """Left-padded inputs (as the hf engine pads), the answer targets and the cell labels."""
+        import torch
+
+        ids = [self.ids(r) for r in requests]
+        width = max(map(len, ids))
+        input_ids = torch.tensor([[self.pad] * (width - len(i)) + i for i in ids])
+        mask = torch.tensor([[0] * (width - len(i)) + [1] * len(i) for i in ids])
+        out = {"input_ids": input_ids, "attention_mask": mask, "mm_token_type_ids": (input_ids == self.image_token).int()}
+        scenes = [r.scene for r in requests if r.kind != "caption"]
+        if scenes:
+            out["pixel_values"], out["image_grid_thw"] = self.pixels.pixel_values(scenes)
+        targets = torch.tensor([self.yes if r.answer else self.no for r in requests])
+        cells = torch.tensor([self.pixels.cells(s) for s in scenes]).reshape(-1) if scenes else None
+        focus = torch.tensor([focus_cells(r) for r in requests], dtype=torch.float32) if scenes else None
+        ground_at, ground = [], []  # each shape word of an image request: the cells holding that (coloured) shape
+        for row, (r, tokens) in enumerate(zip(requests, input_ids.tolist())):
+            if r.scene is None:
+                continue
+            for pos, token in enumerate(tokens):
+                shape = self.shape_of_token.get(token)
+                if shape is not None:
+                    colour = self.colour_of_token.get(tokens[pos - 1])
+                    target = [0.0] * 9
+                    for obj in W._matching(r.scene, shape, colour):
+                        target[obj.row * 3 + obj.col] = 1.0
+                    ground_at.append((row, pos))
+                    ground.append(target)
+        grounding = (torch.tensor(ground_at), torch.tensor(ground)) if ground else None
+        return {"inputs": out, "targets": targets, "cells": cells, "focus": focus, "grounding": grounding}
+
+    def check(self, requests: Sequence[W.WorldRequest]) -> None:
+        """The batch's ids equal what the processor makes from the rendered text and the real images."""
+        import torch
+
+        mine = self.batch(requests)["inputs"]
+        images = [real_pixel_values(r.scene, self.processor.image_processor) for r in requests if r.kind != "caption"]
+        from operators.images import decode_image, fit_pixels
+
+        pil = [[fit_pixels(decode_image(W.png_bytes(W.render(r.scene)), "s.png"), MAX_IMAGE_PIXELS, MIN_IMAGE_PIXELS)]
+               for r in requests if r.kind != "caption"]
+        self.processor.tokenizer.padding_side = "left"
+        real = self.processor(text=[self.text(r) for r in requests], images=pil or None, padding=True,
+                              add_special_tokens=False, return_tensors="pt")
+        for name in ("input_ids", "attention_mask", "mm_token_type_ids"):
+            if name in real and not torch.equal(real[name].long(), mine[name].long()):
+                raise RuntimeError(f"micro VLM training inputs differ from the processor's in {name}")
+        if images and float((real["pixel_values"] - mine["pixel_values"]).abs().max()) > 1e-6:
+            raise RuntimeError("micro VLM training pixels differ from the processor's")
+
+
+# ---------------------------------------------------------------------------- training
+
+
+@dataclass
+class TrainReport:
+    seconds: float
+    steps: int
+    examples: int
+    parameters: int
+    history: list[dict]
+
+
+def _accuracy(model, encoder: Encoder, requests: Sequence[W.WorldRequest], batch_size: int = 128) -> dict:
+    import torch
+
+    by_kind: dict[str, list[bool]] = {}
+    with torch.inference_mode():
+        for kind in W.REQUEST_KINDS:
+            group = [r for r in requests if r.kind == kind]
+            for start in range(0, len(group), batch_size):
+                part = group[start:start + batch_size]
+                b = encoder.batch(part)
+                logits = model(**b["inputs"], logits_to_keep=1).logits[:, -1, :]
+                said_yes = logits[:, encoder.yes] > logits[:, encoder.no]
+                by_kind.setdefault(kind, []).extend((said_yes == (b["targets"] == encoder.yes)).tolist())
+    return {k: round(sum(v) / len(v), 3) for k, v in by_kind.items()}
+
+
+def train(
+    out: str | Path,
+    templates: Mapping[str, str],
+    seconds: float = 2400,
+    seed: int = 0,
+    threads: int = 2,
+    lr: float = 2e-3,
+    aux_weight: float = 1.0,
+    focus_weight: float = 1.0,
+    per_step: Mapping[str, int] | None = None,
+    warmup_seconds: float | None = None,
+    log: Callable[[str], None] = print,
+    init: str | Path | None = None,
+    eval_every: float = 120,
+    **model_options,
+) -> TrainReport:
+    """Train from scratch (or from `init`) for `seconds` of wall time; save to `out` in float16.
+
+    Each step draws fresh requests from the demo world's train split; the first
+    `warmup_seconds` (default: a quarter of the time) ask image questions only, in short prompts
+    (the question alone: `SHORT_TEMPLATES`); then all three kinds in the real templates.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    processor = build_processor(templates, seed)
+    pixels = PixelTable(processor.image_processor)
+    encoder = Encoder(processor, templates, pixels)
+    sampler = W.WorldSampler(seed, "train")
+    check = [sampler.request(k) for k in ("image", "caption", "holistic", "image")]
+    encoder.check(check[:1]), encoder.check(check[1:2]), encoder.check(check[2:3])
+    gap = pixels.check([sampler.scene() for _ in range(20)])
+    log(f"pixel table vs real path: max abs difference {gap:.2e}")
+    if gap > 1e-5:
+        raise RuntimeError(f"pixel table differs from the real image path by {gap}")
+
+    if init is not None:
+        from transformers import AutoModelForImageTextToText
+
+        model = AutoModelForImageTextToText.from_pretrained(init, dtype=torch.float32)
+    else:
+        model = build_model(processor, seed, **model_options)
+    model.train()
+    hidden = model.config.text_config.hidden_size
+    aux = torch.nn.Linear(hidden, 2 * CELL_CLASSES)
+    captured: dict[str, torch.Tensor] = {}
+    hooks = [
+        model.model.visual.merger.register_forward_hook(lambda _m, _i, output: captured.__setitem__("merged", output)),
+        model.model.language_model.norm.register_forward_hook(lambda _m, _i, output: captured.__setitem__("hidden", output)),
+    ]
+    focus_head = torch.nn.Linear(hidden, 18)
+    ground_head = torch.nn.Linear(hidden, 9)
+    parameters = sum(p.numel() for p in model.parameters())
+    log(f"parameters: {parameters:,} (text hidden {hidden}, head_dim {model.config.text_config.head_dim})")
+
+    per_step = dict(per_step or {"image": 64, "caption": 16, "holistic": 32})
+    warmup_seconds = seconds / 4 if warmup_seconds is None else warmup_seconds
+    params = list(model.parameters()) + list(aux.parameters()) + list(focus_head.parameters()) + list(ground_head.parameters())
+    short = Encoder(processor, {**dict(templates), **SHORT_TEMPLATES}, pixels)
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
+    held = W.WorldSampler(seed, "heldout")
+    val = [held.request(kind) for kind in W.REQUEST_KINDS for _ in range(200)]
+    colour_of = torch.tensor([0] + [1 + list(W.COLOURS).index(c) for _, c in pixels.things])
+    shape_of = torch.tensor([0] + [1 + list(W.SHAPES).index(s) for s, _ in pixels.things])
+    history: list[dict] = []
+    start = time.monotonic()
+    step = examples = 0
+    next_eval = 0.0
+    while (elapsed := time.monotonic() - start) < seconds:
+        warm = elapsed < warmup_seconds
+        progress = elapsed / seconds
+        rate = lr * min(1.0, (step + 1) / 100) * (0.03 + 0.97 * 0.5 * (1 + math.cos(math.pi * progress)))
+        for group in opt.param_groups:
+            group["lr"] = rate
+        loss_total = aux_total = 0.0
+        opt.zero_grad()
+        kinds = {"image": per_step["image"] * 2} if warm else per_step
+        size = sum(kinds.values())
+        for kind, n in kinds.items():
+            requests = [sampler.request(kind) for _ in range(n)]
+            b = (short if warm else encoder).batch(requests)
+            logits = model(**b["inputs"], logits_to_keep=1).logits[:, -1, :]
+            loss = F.cross_entropy(logits.float(), b["targets"]) * n / size
+            loss_total += float(loss.detach())
+            if b["cells"] is not None and aux_weight:
+                cell_logits = aux(captured.pop("merged"))
+                cells = b["cells"]
+                cell_loss = aux_weight * n / size * (
+                    F.cross_entropy(cell_logits[:, :CELL_CLASSES], shape_of[cells])
+                    + F.cross_entropy(cell_logits[:, CELL_CLASSES:], colour_of[cells])
+                )
+                states = captured.pop("hidden")
+                focus_loss = focus_weight * n / size * F.binary_cross_entropy_with_logits(focus_head(states[:, -1]), b["focus"])
+                if b["grounding"] is not None:
+                    at, target = b["grounding"]
+                    focus_loss = focus_loss + focus_weight * n / size * F.binary_cross_entropy_with_logits(
+                        ground_head(states[at[:, 0], at[:, 1]]), target)
+                aux_total += float(cell_loss.detach()) + float(focus_loss.detach())
+                loss = loss + cell_loss + focus_loss
+            loss.backward()
+            examples += n
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        step += 1
+        if elapsed >= next_eval:
+            model.eval()
+            acc = _accuracy(model, encoder, val)
+            if warm:
+                acc["image_short"] = _accuracy(model, short, [r for r in val if r.kind == "image"])["image"]
+            model.train()
+            row = {"t": round(elapsed), "step": step, "examples": examples, "lr": round(rate, 6), "loss": round(loss_total, 4), "aux": round(aux_total, 4), **acc}
+            history.append(row)
+            log(json.dumps(row))
+            next_eval += eval_every
+    for hook in hooks:
+        hook.remove()
+    model.eval()
+    acc = _accuracy(model, encoder, val)
+    row = {"t": round(time.monotonic() - start), "step": step, "examples": examples, "final": True, **acc}
+    history.append(row)
+    log(json.dumps(row))
+    save(model, processor, out)
+    return TrainReport(time.monotonic() - start, step, examples, parameters, history)
+
+
+def save(model, processor, out: str | Path, dtype: str = "float16") -> Path:
+    """save_pretrained in `dtype` (the auxiliary head is not part of the model: a plain Qwen3-VL)."""
+    import torch
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model.to(getattr(torch, dtype)).save_pretrained(out)
+    processor.save_pretrained(out)
+    model.float()
+    return out

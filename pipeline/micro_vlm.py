@@ -1,0 +1,239 @@
+"""Training and measuring `builtin:micro-vlm` (operators/micro_vlm.py) with the project's own parts.
+
+`train_micro_vlm` runs the recipe with the prompt templates the sweeps use (conf/prompts).
+`evaluate_micro_vlm` answers yes/no requests through an unchanged engine (`hf` or `vllm`, as
+a backbone config names it) and checks each answer against the demo world's truth, on two
+sets of requests:
+
+- held-out draws: `operators.demo_world.WorldSampler(seed, "heldout")`, balanced per fact type,
+  their prompts filled by `operators.answering.answer_prompt`, their images the PNG bytes the
+  demo writes, decoded by `operators.images.decode_image`;
+- the demo benchmark's own requests: the items, shipped questions and request plan of
+  `sweep=smoke` (`pipeline.stages.answers.plan_answers`), every unique request once.
+
+Reported per request kind and fact type: accuracy (answer = Yes when logp_yes > logp_no), the
+holistic AUC (normalised P(yes) ranking true captions over false ones), and the median answer
+mass (P(Yes spellings) + P(No spellings)). `FLOORS` are issue 27's.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from operators import demo_world as W
+
+FLOORS = {"image": 0.95, "image_per_type": 0.90, "caption": 0.97, "holistic_auc": 0.90, "answer_mass_median": 0.9}
+
+
+def train_micro_vlm(out: str, seconds: float, seed: int = 0, **options) -> dict:
+    """Train the recipe for `seconds` and save it to `out`; returns the training report as a dict."""
+    from operators.micro_vlm import train
+    from pipeline.config import load_config
+
+    templates = load_config([]).prompts.templates
+    report = train(out, templates, seconds=seconds, seed=seed, **options)
+    return {"seconds": round(report.seconds, 1), "steps": report.steps, "examples": report.examples,
+            "parameters": report.parameters, "history": report.history}
+
+
+@dataclass
+class Answered:
+    """One request with its truth, its fact type and the engine's answer."""
+
+    kind: str
+    fact_type: str
+    truth: bool
+    logp_yes: float
+    logp_no: float
+
+
+def heldout_requests(n_per_type: int, seed: int = 0) -> list[W.WorldRequest]:
+    """Balanced held-out draws: per kind and fact type, half Yes and half No where both exist."""
+    sampler = W.WorldSampler(seed, "heldout")
+    out = []
+    for fact_type in W.FACT_TYPES.values():
+        out += [sampler.request("image", fact_type, answer=i % 2 == 0) for i in range(n_per_type)]
+        # a caption implies Yes to its facts' questions and No to its negated things'
+        out += [sampler.request("caption", fact_type, answer=fact_type != "negation") for _ in range(n_per_type // 2)]
+    out += [sampler.request("holistic", answer=i % 2 == 0) for i in range(2 * n_per_type)]
+    return out
+
+
+def answer_world_requests(engine, requests: Sequence[W.WorldRequest], templates: dict, system: str | None = None) -> list[Answered]:
+    """Each request through the engine as the answers stage builds it (answer_prompt, decoded PNG)."""
+    from operators.answering import answer_prompt
+    from operators.hashing import image_hash
+    from operators.images import decode_image
+
+    prompts = []
+    for r in requests:
+        image, digest = None, None
+        if r.kind != "caption":
+            data = W.png_bytes(W.render(r.scene))
+            image, digest = decode_image(data, "heldout.png"), image_hash(data)
+        text = r.question if r.kind != "holistic" else r.caption
+        prompts.append(answer_prompt(r.kind, {"text": text, "caption": r.caption, "image_hash": digest}, templates, image, system))
+    logp = engine.score_yes_no(prompts)
+    # image requests are typed by their wording (W.question_type), as the benchmark's are
+    types = [W.question_type(r.facts[0], r.form) if r.kind == "image" else r.fact_type for r in requests]
+    return [Answered(r.kind, t, r.answer, float(y), float(n)) for r, t, (y, n) in zip(requests, types, logp, strict=True)]
+
+
+def benchmark_requests(root: str, backbone: str = "micro", overrides: Sequence[str] = ()) -> tuple[pl.DataFrame, dict]:
+    """The demo benchmark's unique requests under `sweep=smoke` with `backbone`, each with its
+    truth and fact type, and the loaded config's templates."""
+    from operators.hashing import image_hash
+    from pipeline.config import load_config, required_question_sets
+    from pipeline.scoring import needs_holistic
+    from pipeline.stages import ingest
+    from pipeline.stages import questions as qstage
+    from pipeline.stages.answers import plan_answers
+
+    cfg = load_config(["sweep=smoke", f"backbones=[{backbone}]", f"root={root}", *overrides])
+    items, shipped, _ = ingest.load_items(cfg.benchmarks)
+    hashes = {u: image_hash(open(u, "rb").read()) for u in items["image_uri"].unique().to_list()}
+    items = items.with_columns(image_hash=pl.col("image_uri").replace_strict(hashes))
+    sets = required_question_sets(cfg.sweep)
+    questions, _ = qstage.provided_questions(items, shipped, sets)
+    plan = plan_answers(items, questions, cfg.backbones[backbone], cfg.prompts, sets, needs_holistic(cfg.sweep.metrics))
+    requests = pl.from_arrow(plan.requests)
+
+    scenes = {}
+    for obj_scene in [s for p in W.CORRELATION for s in p.scenes] + [s for e in W.WINOGROUND for s in e.scenes] + [r.scene for r in W.MCQ]:
+        scenes[image_hash(W.png_bytes(W.render(obj_scene)))] = obj_scene
+    captions = [p.caption for p in W.CORRELATION] + [c for e in W.WINOGROUND for c in e.captions]
+    captions += [c for r in W.MCQ for c in (r.correct, *r.distractors)]
+    caption_of = {c.text: c for c in captions}
+    facts_of_question: dict[str, set] = {}
+    for cap in captions:
+        for fact in cap.facts:
+            for form in ("depict", "dsg"):
+                facts_of_question.setdefault(W.fact_question(fact, form), set()).add((fact, form))
+
+    truths, types = [], []
+    for r in requests.iter_rows(named=True):
+        if r["kind"] == "image":
+            found = facts_of_question[r["text"]]
+            values = {W.image_truth(f, form, scenes[r["image_hash"]]) for f, form in found}
+            kinds = {W.question_type(f, form) for f, form in found}
+        elif r["kind"] == "caption":
+            found = [f for f in caption_of[r["caption"]].facts if f.depict_question() == r["text"]]
+            values = {W.caption_truth(f) for f in found}
+            kinds = {W.FACT_TYPES[f.kind] for f in found}
+        else:
+            values = {all(f.holds(scenes[r["image_hash"]]) for f in caption_of[r["caption"]].facts)}
+            kinds = {"holistic"}
+        if len(values) != 1:
+            raise RuntimeError(f"request {r['text']!r} has no single truth: {values}")
+        truths.append(values.pop())
+        types.append("/".join(sorted(kinds)))
+    return requests.with_columns(truth=pl.Series(truths), fact_type=pl.Series(types)), dict(cfg.prompts.templates)
+
+
+def answer_benchmark_requests(engine, requests: pl.DataFrame, templates: dict, system: str | None = None) -> list[Answered]:
+    from operators.answering import answer_prompt
+    from operators.images import load_image
+
+    images: dict[str, object] = {}
+    prompts = []
+    rows = list(requests.iter_rows(named=True))
+    for r in rows:
+        image = None
+        if r["kind"] != "caption":
+            if r["image_hash"] not in images:
+                images[r["image_hash"]] = load_image(r["image_uri"], r["image_hash"])
+            image = images[r["image_hash"]]
+        prompts.append(answer_prompt(r["kind"], r, templates, image, system))
+    logp = engine.score_yes_no(prompts)
+    return [Answered(r["kind"], r["fact_type"], bool(r["truth"]), float(y), float(n)) for r, (y, n) in zip(rows, logp, strict=True)]
+
+
+def auc(scores: Sequence[float], labels: Sequence[bool]) -> float | None:
+    """Probability that a random positive outranks a random negative (ties: half)."""
+    pos = [s for s, y in zip(scores, labels) if y]
+    neg = [s for s, y in zip(scores, labels) if not y]
+    if not pos or not neg:
+        return None
+    p, n = np.asarray(pos)[:, None], np.asarray(neg)[None, :]
+    return float(((p > n).sum() + 0.5 * (p == n).sum()) / (len(pos) * len(neg)))
+
+
+def summarize(answers: Sequence[Answered]) -> pl.DataFrame:
+    """One row per (kind, fact type) and per kind ("all"): n, accuracy, AUC, median answer mass."""
+    frame = pl.DataFrame([a.__dict__ for a in answers]).with_columns(
+        correct=(pl.col("logp_yes") > pl.col("logp_no")) == pl.col("truth"),
+        p_yes=1 / (1 + (pl.col("logp_no") - pl.col("logp_yes")).exp()),
+        mass=pl.col("logp_yes").exp() + pl.col("logp_no").exp(),
+    )
+    rows = []
+    for (kind, fact_type), group in sorted(
+        [((k, "all"), frame.filter(pl.col("kind") == k)) for k in frame["kind"].unique().sort()]
+        + [((k, t), g) for (k, t), g in frame.group_by("kind", "fact_type")],
+        key=lambda kv: (kv[0][0], kv[0][1] != "all", kv[0][1]),
+    ):
+        rows.append({
+            "kind": kind, "fact_type": fact_type, "n": group.height, "share_yes": round(group["truth"].mean(), 3),
+            "accuracy": round(group["correct"].mean(), 4), "auc": _round(auc(group["p_yes"].to_list(), group["truth"].to_list())),
+            "mass_median": round(float(group["mass"].median()), 4),
+        })
+    return pl.DataFrame(rows)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def floors(table: pl.DataFrame) -> dict[str, bool]:
+    """Which of issue 27's floors a summary table meets."""
+    row = {(r["kind"], r["fact_type"]): r for r in table.iter_rows(named=True)}
+    image_types = [r for (k, t), r in row.items() if k == "image" and t != "all"]
+    masses = [r["mass_median"] for (k, t), r in row.items() if t == "all"]
+    return {
+        "image >= 0.95": row["image", "all"]["accuracy"] >= FLOORS["image"],
+        "image per type >= 0.90": all(r["accuracy"] >= FLOORS["image_per_type"] for r in image_types),
+        "caption >= 0.97": row["caption", "all"]["accuracy"] >= FLOORS["caption"],
+        "holistic AUC >= 0.90": (row["holistic", "all"]["auc"] or 0) >= FLOORS["holistic_auc"],
+        "answer mass median >= 0.9": min(masses) >= FLOORS["answer_mass_median"],
+    }
+
+
+def evaluate_micro_vlm(backbone: str = "micro", n_per_type: int = 200, seed: int = 0, root: str | None = None, out: str | None = None,
+                       overrides: Sequence[str] = ()) -> dict[str, pl.DataFrame]:
+    """Held-out and benchmark tables for `backbone` (a conf/backbones name), printed and returned."""
+    import tempfile
+
+    from operators.engines import load_engine
+    from pipeline.config import load_config
+
+    cfg = load_config([f"backbones=[{backbone}]", *overrides])
+    spec = cfg.backbones[backbone]
+    start = time.monotonic()
+    engine = load_engine(spec)
+    loaded = time.monotonic() - start
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            requests, templates = benchmark_requests(root or tmp, backbone, overrides)
+            start = time.monotonic()
+            bench = answer_benchmark_requests(engine, requests, templates, spec.system_prompt)
+        held = answer_world_requests(engine, heldout_requests(n_per_type, seed), templates, spec.system_prompt)
+        answered = time.monotonic() - start
+    finally:
+        engine.close()
+    tables = {"heldout": summarize(held), "benchmark": summarize(bench)}
+    with pl.Config(tbl_rows=100, tbl_cols=20):
+        for name, table in tables.items():
+            print(f"{name} ({backbone}, engine {spec.engine}):")
+            print(table)
+            print("floors:", json.dumps(floors(table)))
+    print(f"engine load {loaded:.1f}s; {len(held) + len(bench)} requests in {answered:.1f}s")
+    if out:
+        os.makedirs(out, exist_ok=True)
+        for name, table in tables.items():
+            table.write_csv(os.path.join(out, f"{name}.csv"))
+    return tables
