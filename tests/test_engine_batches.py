@@ -150,12 +150,12 @@ def test_status_table_marks_each_key_with_its_last_error():
 def test_engine_pools_take_batch_part_and_memory_settings_from_compute():
     from operators.engines.spec import BackboneSpec
     from pipeline.config import ComputeSpec
-    from pipeline.stages.engine_stage import _memory, engine_pool
+    from pipeline.stages.engine_stage import _actor_asks, engine_pool
 
     pool = engine_pool(BackboneSpec(name="b", engine="scripted"), ComputeSpec(rows_per_part=64, rows_per_batch=2048, engine_memory_gb=1.5))
     assert (pool.rows_per_batch, pool.part_rows, pool.memory_gb) == (2048, 64, 1.5)
-    assert _memory(pool) == {"memory": int(1.5 * 2**30)}
-    assert _memory(engine_pool(BackboneSpec(name="b", engine="scripted"), ComputeSpec())) == {}
+    assert _actor_asks(pool) == {"memory": int(1.5 * 2**30)}
+    assert _actor_asks(engine_pool(BackboneSpec(name="b", engine="scripted"), ComputeSpec())) == {}
 
 
 def test_rows_without_a_status_are_found_per_block_in_one_lookup():
