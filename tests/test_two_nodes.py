@@ -31,6 +31,7 @@ import pytest
 from killing import settled
 from ray_nodes import RayHead, can_make_private_tmp, ray_head, ray_worker
 from s3_server import S3Server, running_s3_server
+from test_quiet_output import NOISE
 
 from pipeline.config import load_config
 from pipeline.sweep import run_sweep
@@ -157,6 +158,12 @@ def test_a_sweep_that_loses_its_engine_node_resumes_on_a_new_one(cluster, ray_se
     new_id = next(n.node_id for n in alive if not n.is_head_node)
     # the engines ran on the worker nodes only: the lost one, then its replacement; never on the head
     assert len(engine_nodes) == 2 and new_id in engine_nodes and head_id not in engine_nodes
+
+    # The whole output of a job whose engine ran on another node: our lines, none of Ray's or
+    # transformers' internal chatter (the quieting travels to workers in the job's runtime_env).
+    output = resume_log.read_text()
+    assert [marker for marker in NOISE if marker in output] == [], output[-4000:]
+    assert "answers/smoke:" in output and "WARNING: smoke: low answer mass" in output and "run: smoke" in output
 
     run = "sweep/runs/smoke"
     report = answers_report(cluster.json(f"{run}/manifest.json"))
