@@ -1,4 +1,4 @@
-"""`builtin:micro-vlm`: a Qwen3-VL trained from scratch on the demo world, shipped in the package.
+"""`builtin:micro-vlm`: a Qwen3-VL trained from scratch on the demo world, to be shipped in the package.
 
 A real transformers `Qwen3VLForConditionalGeneration` (text head_dim 32, so vLLM's CPU build runs
 it as well), with a byte-level BPE tokenizer trained on the demo's vocabulary and the project's
@@ -19,8 +19,12 @@ patches depend only on what is in that cell (the resampling filter never reaches
 border, where the demo's shapes leave background), and `PixelTable.check` compares whole scenes
 against the real path.
 
-Pure: torch and transformers, no Ray, no pipeline. `jobs/train_micro_vlm.py` runs `train`
-(with the prompt templates from conf/prompts); `pipeline/micro_eval.py` measures the result.
+Once saved under operators/weights/micro_vlm, `operators.tiny_models` resolves `builtin:micro-vlm` to
+that folder and keys its answers by the files' hash. What one 40-minute run reached: jobs/micro_vlm.py.
+
+Pure: torch and transformers, no Ray, no pipeline. `jobs/micro_vlm.py train` runs `train` (with
+the prompt templates from conf/prompts); `jobs/micro_vlm.py evaluate` (pipeline/micro_vlm.py)
+measures the result through an engine.
 """
 from __future__ import annotations
 
