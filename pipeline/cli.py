@@ -7,7 +7,7 @@ contract (scripts and schedulers read them):
 
     0    done
     2    bad input: a config value, the command line, a missing path, an unfinished run,
-         a local path on a cluster of several nodes
+         a local path on a cluster of several nodes, engines asking for what no node offers
     3    busy: another run holds the lease on the same output (retry later, or take it over)
     4    storage: a file or folder cannot be written or read: no space left on device, a
          read-only file system, permission denied, a disk quota exceeded, or on S3 access
@@ -154,7 +154,7 @@ def guarded(main: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
     """Wrap a job's `main(argv) -> int` so that input errors print one line and exit 2 (3: busy,
     4: storage, 130: interrupted)."""
     from pipeline.config import ConfigError
-    from pipeline.runtime import LocalPathOnCluster
+    from pipeline.runtime import LocalPathOnCluster, Unplaceable
     from pipeline.store.lease import LeaseHeld
     from pipeline.store.run_folder import RunNotFinished
 
@@ -167,7 +167,7 @@ def guarded(main: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
         except ConfigError as exc:
             print(one_line(exc), file=sys.stderr)
             return EXIT_BAD_INPUT
-        except (InputError, RunNotFinished, LocalPathOnCluster, FileNotFoundError, NotADirectoryError) as exc:
+        except (InputError, RunNotFinished, LocalPathOnCluster, Unplaceable, FileNotFoundError, NotADirectoryError) as exc:
             print(f"error: {one_line(exc)}", file=sys.stderr)
             return EXIT_BAD_INPUT
         except KeyboardInterrupt:

