@@ -13,6 +13,7 @@ from importlib import metadata
 
 from pipeline import console
 from pipeline.store import settings as storage
+from pipeline.store.folder import is_local_path
 
 log = logging.getLogger(__name__)
 
@@ -201,10 +202,6 @@ def joins_cluster(address: str | None) -> bool:
     """Whether this job joins a running Ray cluster (which may have several nodes) rather
     than starting a local Ray of one node."""
     return bool(address or os.environ.get("RAY_ADDRESS"))
-
-
-def is_local_path(path: str) -> bool:
-    return "://" not in path or path.startswith("file://")
 
 
 def _under(path: str, folders: list[str] | tuple[str, ...]) -> bool:

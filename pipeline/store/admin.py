@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 from operators import schema
 from operators.hashing import digest_chunks
 from operators.images import PACKS
+from pipeline.store.folder import is_local_path
 from pipeline.store.key_index import SUFFIX
 from pipeline.store.parts import (
     COMPACT_SMALL_ROWS,
@@ -369,8 +370,4 @@ def gc(root: str, *, min_age_s: float = GC_MIN_AGE_S, dry_run: bool = False) -> 
     if not dry_run:
         for path in doomed:
             remove_file(fs, path)
-    return [fs.unstrip_protocol(p) if not _is_local_path(root) else p for p in doomed]
-
-
-def _is_local_path(root: str) -> bool:
-    return "://" not in root or root.startswith("file://")
+    return [fs.unstrip_protocol(p) if not is_local_path(root) else p for p in doomed]

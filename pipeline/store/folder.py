@@ -45,6 +45,11 @@ class BadRecord(ValueError):
         self.message = message
 
 
+def is_local_path(path: str) -> bool:
+    """Whether `path` names this machine's filesystem (a plain path or file://), not a remote store."""
+    return "://" not in path or path.startswith("file://")
+
+
 class Folder:
     """A dataset folder: a local directory or an fsspec URL prefix such as `s3://bucket/x`."""
 
