@@ -51,6 +51,7 @@ class HFEngine:
         # Questions about one image run its prefix once (operators/engines/hf_prefix.py), where the
         # family is known to give the same answers; engine_options: {prefix_reuse: false} turns it off.
         self.prefix_reuse = bool(spec.engine_options.get("prefix_reuse", True)) and supports_reuse(self.model)
+        self.prefix_scorer = PrefixScorer(self.model, self.tokenizer.pad_token_id, spec.batch_size) if self.prefix_reuse else None
         if spec.engine_options.get("prefix_reuse", True) and not self.prefix_reuse:
             log.info("%s: no image-prefix reuse for model type %s (each question runs its image again)",
                      spec.name, getattr(self.model.config, "model_type", "?"))
@@ -96,7 +97,7 @@ class HFEngine:
     def _score_shared(self, prompts: Sequence[Prompt], group: list[int], out: np.ndarray) -> bool:
         """One image's questions through its shared prefix; False when they cannot share it."""
         inputs = self._encode([prompts[i] for i in group])
-        logits = PrefixScorer(self.model, self.tokenizer.pad_token_id, self.spec.batch_size).last_logits(inputs)
+        logits = self.prefix_scorer.last_logits(inputs)
         if logits is None:
             return False
         self.prompt_tokens += int(inputs["attention_mask"].sum())  # tokens answered for, as without reuse
