@@ -12,6 +12,7 @@ import json
 import os
 import random
 import secrets
+import shlex
 import shutil
 import socket
 import subprocess
@@ -20,7 +21,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -189,18 +190,20 @@ class RayWorker:
 
 @contextlib.contextmanager
 def ray_worker(head: RayHead, node_env: dict[str, str], log: Path, *, num_cpus: int = 1, resources: dict[str, float] | None = None,
-               private_tmp: bool = False, timeout: float = 90) -> Iterator[RayWorker]:
-    """A worker node joined to `head`, killed on exit. `private_tmp`: the node runs in its own
-    mount namespace with an empty /tmp (needs root and `unshare`), so that it shares no temp
-    folder with the head or the test, as a second machine would not."""
+               hide: Sequence[Path] = (), timeout: float = 90) -> Iterator[RayWorker]:
+    """A worker node joined to `head`, killed on exit. `hide`: folders the node sees empty (an
+    empty tmpfs over each, in a mount namespace of its own; needs root and `unshare`), so that it
+    shares them with neither the head nor the test, as a second machine would not. Only those
+    folders: a checkout or virtual environment under /tmp stays visible to it."""
     before = {node.node_id for node in head.alive_nodes()}
     command = [
         str(VENV_BIN / "ray"), "start", "--address", head.gcs_address, "--block", "--disable-usage-stats",
         "--num-cpus", str(num_cpus), "--num-gpus", "0", "--resources", json.dumps(resources or {}),
         "--object-store-memory", str(300 << 20), *node_ports(*free_ports(6)),
     ]
-    if private_tmp:
-        command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", 'mount -t tmpfs tmpfs /tmp && exec "$@"', "sh", *command]
+    if hide:
+        mounts = " && ".join(f"mkdir -p {shlex.quote(str(d))} && mount -t tmpfs tmpfs {shlex.quote(str(d))}" for d in hide)
+        command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", f'{mounts} && exec "$@"', "sh", *command]
     with open(log, "w") as out:
         proc = subprocess.Popen(command, env=head.client_env | node_env, cwd="/", stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     worker = RayWorker(proc, log)
@@ -216,9 +219,11 @@ def ray_worker(head: RayHead, node_env: dict[str, str], log: Path, *, num_cpus: 
             worker.kill()
 
 
-def can_make_private_tmp() -> bool:
-    """Whether this machine lets a test give a process its own /tmp (root and util-linux's unshare)."""
+def can_hide_folders() -> bool:
+    """Whether this machine lets a test give a process its own view of a folder (root and util-linux's unshare)."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         return False
-    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", "mount -t tmpfs tmpfs /tmp"], capture_output=True)
+    with tempfile.TemporaryDirectory() as folder:
+        probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", f"mount -t tmpfs tmpfs {shlex.quote(folder)}"],
+                               capture_output=True)
     return probe.returncode == 0

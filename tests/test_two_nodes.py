@@ -1,7 +1,8 @@
 """A real two-node Ray cluster on this machine: a head (`ray start --head`) and a worker node
 (`ray start --address=...`) that offers the custom resource `engine_node` and runs in its own
-mount namespace with an empty /tmp (its own model cache there too), so that, as on a second
-machine, nothing under the test's temp folders is visible to it. Engine actors ask for
+mount namespace where the test's temp folders and Ray's default temp dir are empty (its own model
+cache lives there too), so that, as on a second machine, nothing the test or the head writes
+locally is visible to it. Engine actors ask for
 `engine_node` (`compute.engine_resources`), so they can only run on the worker; reading,
 hashing and the driver run on the head. Outputs live on the local S3 server (moto), which both
 nodes reach over 127.0.0.1.
@@ -29,7 +30,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 from killing import settled
-from ray_nodes import RayHead, can_make_private_tmp, ray_head, ray_worker
+from ray_nodes import RayHead, can_hide_folders, ray_head, ray_worker
 from s3_server import S3Server, running_s3_server
 from test_quiet_output import NOISE
 
@@ -50,7 +51,7 @@ ON_THE_CLUSTER = ["compute.engine_resources={engine_node: 1}"]
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not can_make_private_tmp(), reason="needs root and unshare to give the worker node its own /tmp"),
+    pytest.mark.skipif(not can_hide_folders(), reason="needs root and unshare to give the worker node its own view of the temp folders"),
 ]
 
 
@@ -60,12 +61,14 @@ class Cluster:
     s3: S3Server
     node_env: dict[str, str]  # the S3 endpoint and credentials every node and driver gets
     logs: Path
+    private: Path  # the test session's temp folder: empty on the worker nodes
 
     @contextlib.contextmanager
     def worker(self, name: str) -> Iterator:
         """A worker node offering `engine_node`, with its own /tmp and model cache."""
-        env = self.node_env | {"DEPICT_CACHE": "/tmp/depict-cache"}
-        with ray_worker(self.head, env, self.logs / f"{name}.log", resources=ENGINE_NODE, private_tmp=True) as node:
+        env = self.node_env | {"DEPICT_CACHE": str(self.private / "worker-model-cache")}  # on the node's private view
+        # Ray's default temp dir too: the test session's own Ray keeps its session there
+        with ray_worker(self.head, env, self.logs / f"{name}.log", resources=ENGINE_NODE, hide=[self.private, Path("/tmp/ray")]) as node:
             yield node
 
     def driver(self, job: str, args: list[str], log: Path) -> subprocess.Popen:
@@ -93,7 +96,7 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
         s3.create_bucket(BUCKET)
         env = s3.env()
         with ray_head(env, logs, auth=False) as head:
-            yield Cluster(head, s3, env, logs)
+            yield Cluster(head, s3, env, logs, tmp_path_factory.getbasetemp())
 
 
 def finished(proc: subprocess.Popen, log: Path, timeout: float = 300) -> None:
