@@ -331,7 +331,11 @@ def _accuracy(model, encoder: Encoder, requests: Sequence[W.WorldRequest], batch
                 b = encoder.batch(part)
                 logits = model(**b["inputs"], logits_to_keep=1).logits[:, -1, :]
                 said_yes = logits[:, encoder.yes] > logits[:, encoder.no]
-                by_kind.setdefault(kind, []).extend((said_yes == (b["targets"] == encoder.yes)).tolist())
+                right = (said_yes == (b["targets"] == encoder.yes)).tolist()
+                by_kind.setdefault(kind, []).extend(right)
+                if kind == "image":
+                    for r, ok in zip(part, right):
+                        by_kind.setdefault(r.fact_type[:4], []).append(ok)
     return {k: round(sum(v) / len(v), 3) for k, v in by_kind.items()}
 
 
@@ -344,6 +348,8 @@ def train(
     lr: float = 2e-3,
     aux_weight: float = 1.0,
     focus_weight: float = 1.0,
+    position_weight: float = 0.0,
+    type_weights: Mapping[str, float] | None = None,
     per_step: Mapping[str, int] | None = None,
     warmup_seconds: float | None = None,
     log: Callable[[str], None] = print,
@@ -356,6 +362,9 @@ def train(
     Each step draws fresh requests from the demo world's train split; the first
     `warmup_seconds` (default: a quarter of the time) ask image questions only, in short prompts
     (the question alone: `SHORT_TEMPLATES`); then all three kinds in the real templates.
+    `position_weight` adds a training-only head asking each merged visual token for its cell's
+    row and column (what spatial questions compare); `type_weights` draws image questions' fact
+    types unevenly (default: evenly).
     """
     import torch
     import torch.nn.functional as F
@@ -389,12 +398,16 @@ def train(
     ]
     focus_head = torch.nn.Linear(hidden, 18)
     ground_head = torch.nn.Linear(hidden, 9)
+    position_head = torch.nn.Linear(hidden, 6)  # the cell's row (3) and column (3)
+    types = list(W.FACT_TYPES.values())
+    weights = [float((type_weights or {}).get(t, 1.0)) for t in types]
     parameters = sum(p.numel() for p in model.parameters())
     log(f"parameters: {parameters:,} (text hidden {hidden}, head_dim {model.config.text_config.head_dim})")
 
     per_step = dict(per_step or {"image": 64, "caption": 16, "holistic": 32})
     warmup_seconds = seconds / 4 if warmup_seconds is None else warmup_seconds
     params = list(model.parameters()) + list(aux.parameters()) + list(focus_head.parameters()) + list(ground_head.parameters())
+    params += list(position_head.parameters())
     short = Encoder(processor, {**dict(templates), **SHORT_TEMPLATES}, pixels)
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
     held = W.WorldSampler(seed, "heldout")
@@ -416,18 +429,24 @@ def train(
         kinds = {"image": per_step["image"] * 2} if warm else per_step
         size = sum(kinds.values())
         for kind, n in kinds.items():
-            requests = [sampler.request(kind) for _ in range(n)]
+            requests = [sampler.request(kind, sampler.rng.choices(types, weights)[0] if kind == "image" and type_weights else None) for _ in range(n)]
             b = (short if warm else encoder).batch(requests)
             logits = model(**b["inputs"], logits_to_keep=1).logits[:, -1, :]
             loss = F.cross_entropy(logits.float(), b["targets"]) * n / size
             loss_total += float(loss.detach())
             if b["cells"] is not None and aux_weight:
-                cell_logits = aux(captured.pop("merged"))
+                merged = captured.pop("merged")
+                cell_logits = aux(merged)
                 cells = b["cells"]
                 cell_loss = aux_weight * n / size * (
                     F.cross_entropy(cell_logits[:, :CELL_CLASSES], shape_of[cells])
                     + F.cross_entropy(cell_logits[:, CELL_CLASSES:], colour_of[cells])
                 )
+                if position_weight:
+                    where = position_head(merged)
+                    cell = torch.arange(len(cells)) % 9  # merged tokens run over each image's cells row by row
+                    cell_loss = cell_loss + position_weight * n / size * (
+                        F.cross_entropy(where[:, :3], cell // 3) + F.cross_entropy(where[:, 3:], cell % 3))
                 states = captured.pop("hidden")
                 focus_loss = focus_weight * n / size * F.binary_cross_entropy_with_logits(focus_head(states[:, -1]), b["focus"])
                 if b["grounding"] is not None:

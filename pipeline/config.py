@@ -413,9 +413,13 @@ def _to_object(cfg: DictConfig, key: str):
         raise ConfigError(where, str(exc).splitlines()[0]) from exc
 
 
+# What `python jobs/sweep.py` runs with no sweep=: the demo scored by the trained micro model.
+DEFAULT_SWEEP = "demo"
+
+
 def parse_overrides(args: Sequence[str], preset_key: str = "sweep") -> tuple[str, DictConfig]:
     """Split `<preset_key>=<preset>` from the other `key=value` overrides (OmegaConf dotlist syntax)."""
-    preset = "smoke" if preset_key == "sweep" else "default"
+    preset = DEFAULT_SWEEP if preset_key == "sweep" else "default"
     rest = []
     for arg in args:
         if "=" not in arg:

@@ -104,17 +104,7 @@ def benchmark_requests(root: str, backbone: str = "micro", overrides: Sequence[s
     plan = plan_answers(items, questions, cfg.backbones[backbone], cfg.prompts, sets, needs_holistic(cfg.sweep.metrics))
     requests = pl.from_arrow(plan.requests)
 
-    scenes = {}
-    for obj_scene in [s for p in W.CORRELATION for s in p.scenes] + [s for e in W.WINOGROUND for s in e.scenes] + [r.scene for r in W.MCQ]:
-        scenes[image_hash(W.png_bytes(W.render(obj_scene)))] = obj_scene
-    captions = [p.caption for p in W.CORRELATION] + [c for e in W.WINOGROUND for c in e.captions]
-    captions += [c for r in W.MCQ for c in (r.correct, *r.distractors)]
-    caption_of = {c.text: c for c in captions}
-    facts_of_question: dict[str, set] = {}
-    for cap in captions:
-        for fact in cap.facts:
-            for form in ("depict", "dsg"):
-                facts_of_question.setdefault(W.fact_question(fact, form), set()).add((fact, form))
+    scenes, caption_of, facts_of_question = _demo_world_index()
 
     truths, types = [], []
     for r in requests.iter_rows(named=True):
@@ -134,6 +124,41 @@ def benchmark_requests(root: str, backbone: str = "micro", overrides: Sequence[s
         truths.append(values.pop())
         types.append("/".join(sorted(kinds)))
     return requests.with_columns(truth=pl.Series(truths), fact_type=pl.Series(types)), dict(cfg.prompts.templates)
+
+
+def _demo_world_index() -> tuple[dict, dict, dict]:
+    """The demo benchmark's scenes by image hash, captions by text, and (fact, form) pairs by
+    question text: what a request or record of the demo is about."""
+    from operators.hashing import image_hash
+
+    scenes = {}
+    for obj_scene in [s for p in W.CORRELATION for s in p.scenes] + [s for e in W.WINOGROUND for s in e.scenes] + [r.scene for r in W.MCQ]:
+        scenes[image_hash(W.png_bytes(W.render(obj_scene)))] = obj_scene
+    captions = [p.caption for p in W.CORRELATION] + [c for e in W.WINOGROUND for c in e.captions]
+    captions += [c for r in W.MCQ for c in (r.correct, *r.distractors)]
+    caption_of = {c.text: c for c in captions}
+    facts_of_question: dict[str, set] = {}
+    for cap in captions:
+        for fact in cap.facts:
+            for form in ("depict", "dsg"):
+                facts_of_question.setdefault(W.fact_question(fact, form), set()).add((fact, form))
+    return scenes, caption_of, facts_of_question
+
+
+def record_truths(records: pl.DataFrame) -> pl.DataFrame:
+    """A demo run's per-question records (records/<backbone>.parquet) with each question's
+    true answer on its image (`truth_v`) and the answer its caption implies (`truth_t`, DEPICT
+    questions only): what p_v and p_t should say."""
+    scenes, caption_of, facts_of_question = _demo_world_index()
+    truth_v, truth_t = [], []
+    for r in records.iter_rows(named=True):
+        form = "dsg" if r["question_set"] == "dsg" else "depict"
+        found = [f for f, fm in facts_of_question.get(r["question"], ()) if fm == form and f in caption_of[r["caption"]].facts]
+        if len(found) != 1 or r["image_hash"] not in scenes:
+            raise ValueError(f"record {r['item_id']}/{r['question_id']} ({r['question']!r}) is not one of the demo's questions")
+        truth_v.append(W.image_truth(found[0], form, scenes[r["image_hash"]]))
+        truth_t.append(W.caption_truth(found[0]) if form == "depict" else None)
+    return records.with_columns(truth_v=pl.Series(truth_v, dtype=pl.Boolean), truth_t=pl.Series(truth_t, dtype=pl.Boolean))
 
 
 def answer_benchmark_requests(engine, requests: pl.DataFrame, templates: dict, system: str | None = None) -> list[Answered]:

@@ -9,6 +9,7 @@ them a window at a time (`pipeline.scoring.score_items_windowed`), writing the s
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -208,19 +209,31 @@ def summary_text(cfg: ResolvedConfig, result: RunResult) -> str:
 
 
 def headline_table(statistics: pl.DataFrame, cfg: ResolvedConfig) -> str:
-    """Primary statistic per benchmark (columns) and backbone x metric (rows)."""
-    rows = []
+    """Primary statistic per benchmark (columns) and backbone x metric (rows), each with its
+    bootstrap interval where the run computed one (`0.456 [0.180, 0.637]`), as a Markdown table."""
+    columns: dict[str, dict[tuple[str, str], str]] = {}
     for name, bench in cfg.benchmarks.items():
-        sub = statistics.filter(
-            (pl.col("benchmark") == name) & (pl.col("statistic") == bench.protocol.primary_statistic) & (pl.col("subset") == "all")
-        )
-        rows.append(sub.select("backbone", "metric", pl.col("value").alias(f"{name}:{bench.protocol.primary_statistic}")))
-    if not rows:
+        statistic = bench.protocol.primary_statistic
+        sub = statistics.filter((pl.col("benchmark") == name) & (pl.col("statistic") == statistic) & (pl.col("subset") == "all"))
+        columns[f"{name}:{statistic}"] = {(r["backbone"], r["metric"]): _with_interval(r) for r in sub.iter_rows(named=True)}
+    keys = {key for cells in columns.values() for key in cells}
+    if not keys:
         return ""
-    table = rows[0]
-    for other in rows[1:]:
-        table = table.join(other, on=["backbone", "metric"], how="full", coalesce=True)
     order = {m: i for i, m in enumerate(cfg.sweep.metrics)}
-    table = table.with_columns(pl.col("metric").replace_strict(order, default=len(order)).alias("_o")).sort("backbone", "_o").drop("_o")
-    with pl.Config(tbl_rows=200, tbl_cols=20, float_precision=3, tbl_hide_dataframe_shape=True, tbl_formatting="ASCII_MARKDOWN", fmt_str_lengths=40):
-        return str(table)
+    header = ["backbone", "metric", *columns]
+    body = [[b, m, *(cells.get((b, m), "") for cells in columns.values())]
+            for b, m in sorted(keys, key=lambda k: (k[0], order.get(k[1], len(order)), k[1]))]
+    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |" for row in [header, *body]]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def _with_interval(row: dict) -> str:
+    """`value [ci_low, ci_high]` to 3 decimals; the value alone without an interval; `-` for NaN."""
+    value, low, high = row["value"], row["ci_low"], row["ci_high"]
+    if value is None or math.isnan(value):
+        return "-"
+    if low is None or high is None or math.isnan(low) or math.isnan(high):
+        return f"{value:.3f}"
+    return f"{value:.3f} [{low:.3f}, {high:.3f}]"

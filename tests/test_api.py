@@ -148,7 +148,7 @@ def test_evidence_metrics_cannot_run_in_process(tmp_path):
 @pytest.mark.slow
 def test_scores_equal_the_sweep_and_the_cache_is_shared_both_ways(ray_session, tmp_path, tiny_vlm_dir):
     data = tmp_path / "datasets"
-    common = [f"data_root={data}", "benchmarks=[demo]", "benchmark_overrides.demo.limit_groups=2", "compute.progress_bars=false", "bootstrap.n_resamples=20"]
+    common = ["sweep=smoke", f"data_root={data}", "benchmarks=[demo]", "benchmark_overrides.demo.limit_groups=2", "compute.progress_bars=false", "bootstrap.n_resamples=20"]
     cfg = load_config([f"root={tmp_path / 'a'}", *common])
     result = run_sweep(cfg)
     items = pl.read_parquet(f"{result.run_dir}/items.parquet")

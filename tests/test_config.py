@@ -3,13 +3,20 @@ import pytest
 from pipeline.config import ConfigError, is_known_metric, load_config, required_question_sets
 
 
-def test_smoke_preset_resolves_with_absolute_paths(tmp_path):
+def test_default_preset_is_the_demo_on_the_trained_micro_model_with_absolute_paths(tmp_path):
     cfg = load_config([f"root={tmp_path}"])
-    assert cfg.sweep.name == "smoke"
-    assert cfg.sweep.backbones == ["smoke"]
-    assert cfg.backbones["smoke"].engine == "hf"
+    assert cfg.sweep.name == "demo"
+    assert cfg.sweep.backbones == ["micro"]
+    assert cfg.backbones["micro"].model_id == "builtin:micro-vlm" and cfg.backbones["micro"].engine == "hf"
     assert cfg.sweep.store == f"{tmp_path}/store"
-    assert cfg.run_dir == f"{tmp_path}/runs/smoke"
+    assert cfg.run_dir == f"{tmp_path}/runs/demo"
+
+
+def test_smoke_preset_is_the_same_demo_on_the_random_weight_model(tmp_path):
+    demo, smoke = load_config([f"root={tmp_path}"]), load_config([f"root={tmp_path}", "sweep=smoke"])
+    assert smoke.sweep.name == "smoke" and smoke.sweep.backbones == ["smoke"]
+    assert smoke.backbones["smoke"].model_id == "builtin:tiny-vlm"
+    assert smoke.sweep.benchmarks == demo.sweep.benchmarks and smoke.sweep.questions == demo.sweep.questions
 
 
 def test_paper_preset_names_eleven_backbones_and_five_benchmarks():
@@ -35,11 +42,11 @@ def test_every_backbone_file_loads():
 
 def test_cli_overrides_reach_nested_keys(tmp_path):
     cfg = load_config(
-        [f"root={tmp_path}", "lam=0.3", "compute.engines_per_backbone=3", "backbone_overrides.smoke.batch_size=4"]
+        [f"root={tmp_path}", "lam=0.3", "compute.engines_per_backbone=3", "backbone_overrides.micro.batch_size=4"]
     )
     assert cfg.sweep.lam == 0.3
     assert cfg.sweep.compute.engines_per_backbone == 3
-    assert cfg.backbones["smoke"].batch_size == 4
+    assert cfg.backbones["micro"].batch_size == 4
 
 
 @pytest.mark.parametrize(
@@ -54,8 +61,8 @@ def test_cli_overrides_reach_nested_keys(tmp_path):
         ("target=claim_mean_am", "target"),
         ("nonsense_key=1", "sweep.nonsense_key"),
         ("questions.sets=[depict,foo]", "questions.sets[1]"),
-        ("backbone_overrides.smoke.engine=tpu", "backbone smoke.engine"),
-        ("backbone_overrides.smoke.batch_size=many", "backbone smoke.batch_size"),
+        ("backbone_overrides.micro.engine=tpu", "backbone micro.engine"),
+        ("backbone_overrides.micro.batch_size=many", "backbone micro.batch_size"),
     ],
 )
 def test_bad_config_fails_naming_the_key(override, key):
@@ -103,16 +110,16 @@ def test_prompt_ids_change_with_template_text(tmp_path):
 RANGE_CASES = [
     ("benchmark_overrides.demo.limit_groups=-1", "benchmark demo.limit_groups"),
     ("benchmark_overrides.demo.limit_groups=0", "benchmark demo.limit_groups"),
-    ("backbone_overrides.smoke.batch_size=0", "backbone smoke.batch_size"),
-    ("backbone_overrides.smoke.max_image_pixels=0", "backbone smoke.max_image_pixels"),
-    ("backbone_overrides.smoke.min_image_pixels=0", "backbone smoke.min_image_pixels"),
-    ("backbone_overrides.smoke.max_image_pixels=1000", "backbone smoke.max_image_pixels"),  # below min_image_pixels
-    ("backbone_overrides.smoke.max_model_len=0", "backbone smoke.max_model_len"),
-    ("backbone_overrides.smoke.max_new_tokens=0", "backbone smoke.max_new_tokens"),
-    ("backbone_overrides.smoke.max_prompt_tokens=0", "backbone smoke.max_prompt_tokens"),
-    ("backbone_overrides.smoke.gpu_memory_utilization=1.5", "backbone smoke.gpu_memory_utilization"),
-    ("backbone_overrides.smoke.tensor_parallel_size=0", "backbone smoke.tensor_parallel_size"),
-    ("backbone_overrides.smoke.yes_spellings=[Yes,'']", "backbone smoke.yes_spellings[1]"),
+    ("backbone_overrides.micro.batch_size=0", "backbone micro.batch_size"),
+    ("backbone_overrides.micro.max_image_pixels=0", "backbone micro.max_image_pixels"),
+    ("backbone_overrides.micro.min_image_pixels=0", "backbone micro.min_image_pixels"),
+    ("backbone_overrides.micro.max_image_pixels=1000", "backbone micro.max_image_pixels"),  # below min_image_pixels
+    ("backbone_overrides.micro.max_model_len=0", "backbone micro.max_model_len"),
+    ("backbone_overrides.micro.max_new_tokens=0", "backbone micro.max_new_tokens"),
+    ("backbone_overrides.micro.max_prompt_tokens=0", "backbone micro.max_prompt_tokens"),
+    ("backbone_overrides.micro.gpu_memory_utilization=1.5", "backbone micro.gpu_memory_utilization"),
+    ("backbone_overrides.micro.tensor_parallel_size=0", "backbone micro.tensor_parallel_size"),
+    ("backbone_overrides.micro.yes_spellings=[Yes,'']", "backbone micro.yes_spellings[1]"),
     ("bootstrap.n_resamples=0", "bootstrap.n_resamples"),
     ("bootstrap.n_resamples=-5", "bootstrap.n_resamples"),
     ("bootstrap.seed=-1", "bootstrap.seed"),
@@ -159,7 +166,7 @@ def test_out_of_range_values_fail_at_load_naming_the_key(override, key, tmp_path
 def test_boundary_values_are_accepted(tmp_path):
     cfg = load_config([
         f"root={tmp_path}", "benchmark_overrides.demo.limit_groups=1", "bootstrap.n_resamples=10", "lam=0", "compute.gpus_per_engine=0",
-        "compute.cpus_per_engine=0.5", "backbone_overrides.smoke.gpu_memory_utilization=1.0", "benchmark_overrides.demo.limit_groups=null",
+        "compute.cpus_per_engine=0.5", "backbone_overrides.micro.gpu_memory_utilization=1.0", "benchmark_overrides.demo.limit_groups=null",
     ])  # fmt: skip
     assert cfg.benchmarks["demo"].limit_groups is None and cfg.sweep.bootstrap.n_resamples == 10
 

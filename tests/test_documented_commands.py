@@ -470,13 +470,13 @@ def _stub_work(job: str, monkeypatch) -> None:
 def _conf_folder(call_args: list[str], tmp: Path, job: str) -> str:
     """A stand-in for the user's DEPICT_CONF folder: a copy of the shipped default preset
     under each preset name the command uses that the shipped configs lack."""
-    from pipeline.config import CONF_DIR
+    from pipeline.config import CONF_DIR, DEFAULT_SWEEP
 
     folder = tmp / "user_conf"
     folder.mkdir(exist_ok=True)
     preset_key = PRESET_KEYS.get(job)
     if preset_key:
-        default = "smoke" if preset_key == "sweep" else "default"
+        default = DEFAULT_SWEEP if preset_key == "sweep" else "default"
         for arg in call_args:
             key, _, name = arg.partition("=")
             if key == preset_key and not (Path(CONF_DIR) / preset_key / f"{name}.yaml").exists():

@@ -64,7 +64,7 @@ def test_smoke_evidence_preset_loads(tmp_path):
     assert cfg.sweep.evidence.enabled and cfg.sweep.judge.enabled
     assert cfg.sweep.evidence.detector.model_id == "builtin:tiny-grounding-dino"
     assert "claims" in required_question_sets(cfg.sweep)
-    plain = load_config([f"root={tmp_path}"])  # the smoke preset is untouched
+    plain = load_config([f"root={tmp_path}"])  # the default preset is untouched
     assert required_question_sets(plain.sweep) == ["depict", "dsg"] and not plain.sweep.evidence.enabled
 
 

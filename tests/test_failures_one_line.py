@@ -139,7 +139,7 @@ def _sweep_failing_with(monkeypatch, tmp_path, exc: BaseException) -> int:
         raise exc
 
     monkeypatch.setattr(sweep, "run_sweep", run_sweep)
-    return sweep.main([f"root={tmp_path}"])
+    return sweep.main([f"root={tmp_path}", "sweep=smoke"])
 
 
 def test_a_full_disk_inside_a_ray_actor_is_one_line(tmp_path, monkeypatch, capsys):

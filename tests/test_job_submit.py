@@ -37,6 +37,7 @@ VENV_BIN = Path(sys.executable).parent
 BUCKET = "depict-jobs"
 # The smoke sweep (tiny random-weight VLM), on the demo's correlation part only.
 SMOKE = [
+    "sweep=smoke",
     "benchmarks=[demo]", "metrics=[depict,agree,vqascore,dsg]", "baselines=[vqascore,dsg]",
     "compute.rows_per_part=16", "compute.progress_bars=false", "bootstrap.n_resamples=20",
     "benchmark_overrides.demo.protocol.statistics=[srcc]",  # what travels is the same, without PLCC's fits in each run

@@ -161,3 +161,20 @@ def test_images_paired_with_other_items_break_the_image_floors(engine):
     shuffled = iter(scenes)
     row = held_out_table(engine, [dataclasses.replace(r, scene=next(shuffled)) if r.kind == "image" else r for r in requests])
     assert row["image", "all"]["accuracy"] < 0.65 and row["image", "existence"]["accuracy"] < 0.95  # 0.58, 0.47
+
+
+def test_prompts_without_the_chat_template_break_the_floors(engine):
+    """The model's chat template (roles, BOS) replaced by the bare content, as an engine that
+    skipped apply_chat_template would send it."""
+    eng, _ = engine
+    template = eng.processor.chat_template
+    eng.processor.chat_template = (
+        "{% for message in messages %}{% for item in message['content'] %}{% if item['type'] == 'image' %}"
+        "<|vision_start|><|image_pad|><|vision_end|>{% else %}{{ item['text'] }}{% endif %}{% endfor %}{% endfor %}"
+    )
+    try:
+        row = held_out_table(engine)
+    finally:
+        eng.processor.chat_template = template
+    assert row["image", "all"]["accuracy"] < 0.6 and row["holistic", "all"]["auc"] < 0.7  # 0.53, 0.57
+

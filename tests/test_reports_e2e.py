@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 def run_dir(ray_session, tmp_path_factory):
     root = tmp_path_factory.mktemp("reports_e2e")
     # the demo carries skill tags; asking for the tag breakdown gives the skill table something to show
-    cfg = load_config([f"root={root}", "compute.progress_bars=false", "bootstrap.n_resamples=50", "benchmark_overrides.demo.protocol.breakdowns=[tags]"])
+    cfg = load_config([f"root={root}", "sweep=smoke", "compute.progress_bars=false", "bootstrap.n_resamples=50", "benchmark_overrides.demo.protocol.breakdowns=[tags]"])
     return Path(run_sweep(cfg).run_dir)
 
 

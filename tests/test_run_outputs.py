@@ -27,6 +27,7 @@ from pipeline.sweep import run_sweep
 
 REPO = Path(__file__).resolve().parent.parent
 SMALL = [
+    "sweep=smoke",
     "compute.rows_per_part=16", "compute.progress_bars=false", "bootstrap.n_resamples=50",
     "benchmark_overrides.demo.limit_groups=4", "benchmark_overrides.demo_winoground.limit_groups=3",
     "benchmark_overrides.demo_mcq.limit_groups=3",

@@ -55,6 +55,7 @@ BUCKET = "depict-test"
 # a hash of the prompt, so no model to load) still makes the answer actors read every image
 # from S3 and write a part per 4 requests (about 45 parts).
 SWEEP = [
+    "sweep=smoke",
     "backbones=[zero-cost]", "benchmarks=[demo]", "metrics=[depict,agree,vqascore,dsg]", "baselines=[vqascore,dsg]",
     "compute.rows_per_part=4", "compute.rows_per_batch=16", "compute.progress_bars=false", "bootstrap.n_resamples=20",
     # SRCC only: what is stored and read on S3 is the same, without PLCC's logistic fits in each run

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 # The store is the subject, not the statistics (tests/test_sweep_e2e.py computes them all): the
 # demo's correlation statistics are cut to SRCC, a tenth of a small sweep's metaeval time.
-ARGS = ["compute.rows_per_part=16", "compute.progress_bars=false", "bootstrap.n_resamples=20", "backbones=[zero-cost]",
+ARGS = ["sweep=smoke", "compute.rows_per_part=16", "compute.progress_bars=false", "bootstrap.n_resamples=20", "backbones=[zero-cost]",
         "benchmark_overrides.demo.protocol.statistics=[srcc]"]
 
 

@@ -16,7 +16,7 @@ from pipeline.store.parts import PartStore
 from pipeline.sweep import run_sweep
 
 REPO = Path(__file__).resolve().parent.parent
-SMOKE = ["compute.rows_per_part=16", "compute.progress_bars=false", "bootstrap.n_resamples=50"]
+SMOKE = ["sweep=smoke", "compute.rows_per_part=16", "compute.progress_bars=false", "bootstrap.n_resamples=50"]
 # For runs whose subject is answers and scores, not statistics (first_run computes them all):
 # the demo's correlation statistics cut to SRCC, a tenth of a small sweep's metaeval time.
 SRCC_ONLY = "benchmark_overrides.demo.protocol.statistics=[srcc]"

@@ -18,7 +18,7 @@ from pipeline.store.parts import PartStore
 from pipeline.sweep import run_sweep
 
 REPO = Path(__file__).resolve().parent.parent
-ZERO = ["backbones=[zero-cost]", "benchmarks=[demo]", "compute.progress_bars=false", "bootstrap.n_resamples=50"]
+ZERO = ["sweep=smoke", "backbones=[zero-cost]", "benchmarks=[demo]", "compute.progress_bars=false", "bootstrap.n_resamples=50"]
 # every file a finished run lists, less the summary (it prints wall times)
 TABLES = ("items", "questions", "scores/zero-cost", "records/zero-cost", "statistics", "deltas", "errors")
 

@@ -43,6 +43,7 @@ ENGINE_NODE = {"engine_node": 1}
 # The demo's correlation part, SRCC only; parts of 8 rows in batches of 16, so that the answers
 # stage writes 22 parts one after another and a kill lands between them.
 SWEEP = [
+    "sweep=smoke",
     "benchmarks=[demo]", "metrics=[depict,agree,vqascore,dsg]", "baselines=[vqascore,dsg]",
     "compute.rows_per_part=8", "compute.rows_per_batch=16", "compute.progress_bars=false", "bootstrap.n_resamples=20",
     "benchmark_overrides.demo.protocol.statistics=[srcc]",

@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.vllm_cpu, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parent.parent
 FAMILY = "qwen2vl"
-ARGS = [f"backbones=[tiny-{FAMILY}]", "benchmarks=[demo]", "compute.rows_per_part=16", "compute.rows_per_batch=32",
+ARGS = ["sweep=smoke", f"backbones=[tiny-{FAMILY}]", "benchmarks=[demo]", "compute.rows_per_part=16", "compute.rows_per_batch=32",
         "compute.progress_bars=false", "bootstrap.n_resamples=50", "benchmark_overrides.demo.protocol.statistics=[srcc]"]
 
 

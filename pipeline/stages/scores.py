@@ -13,12 +13,18 @@ def _with_answer(frame: pl.DataFrame, answers: pl.DataFrame, key_col: str, suffi
     return frame.join(renamed, on=key_col, how="left")
 
 
+def answered_questions(plan: AnswerPlan, answers: pl.DataFrame) -> pl.DataFrame:
+    """The plan's (item, question) rows with the stored answer to their image request (`_v`)
+    and to their caption-only request (`_t`): the one place p_v and p_t are told apart."""
+    return _with_answer(_with_answer(plan.questions, answers, "key_v", "_v"), answers, "key_t", "_t")
+
+
 def question_records(plan: AnswerPlan, answers: pl.DataFrame, backbone: str) -> pl.DataFrame:
     """Per-(item, question) evidence: the question, its answers on the image and from the
     caption alone. Reports (answer distributions) and curation outputs read this table."""
     if plan.questions is None or plan.questions.height == 0:
         return pl.DataFrame()
-    q = _with_answer(_with_answer(plan.questions, answers, "key_v", "_v"), answers, "key_t", "_t")
+    q = answered_questions(plan, answers)
     return q.select(
         "item_id", "caption", "image_hash", "question_set", "question_id", "question", "parents", "claim_type",
         "logp_yes_v", "logp_no_v", "logp_yes_t", "logp_no_t",
@@ -86,7 +92,7 @@ def metric_inputs(plan: AnswerPlan, answers: pl.DataFrame) -> dict[str, pl.DataF
     stored answer (it failed) leaves nulls, which the formulas turn into null scores."""
     decomposed = claims = holistic = None
     if plan.questions is not None:  # even with no question at all: null scores with a note, not a missing metric
-        q = _with_answer(_with_answer(plan.questions, answers, "key_v", "_v"), answers, "key_t", "_t")
+        q = answered_questions(plan, answers)
         decomposed = q.filter(pl.col("question_set") != "claims").select(
             "item_id", "question_set", "question_id", "parents", "logp_yes_v", "logp_no_v", "logp_yes_t", "logp_no_t"
         )
