@@ -1,4 +1,4 @@
-"""Per-item explorer: `python jobs/explore.py run=outputs/runs/smoke [out=DIR]`.
+"""Per-item explorer: `python jobs/explore.py run=outputs/runs/demo [out=DIR]`.
 
 Writes a static, offline site (default <run>/explorer/; open index.html in a browser, or
 copy the folder to any static host such as an S3 bucket): per benchmark and backbone,
@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
         return 2
     args = OmegaConf.to_container(OmegaConf.from_dotlist(argv))
     if "run" not in args:
-        print("which run? run=<run folder>, e.g. run=outputs/runs/smoke", file=sys.stderr)
+        print("which run? run=<run folder>, e.g. run=outputs/runs/demo", file=sys.stderr)
         return 2
     run = str(args["run"]) if "://" in str(args["run"]) else str(Path(str(args["run"])).expanduser().resolve())
     out = args.get("out")

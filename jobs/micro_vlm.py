@@ -30,7 +30,22 @@ if not __package__:  # run as a file (python jobs/<job>.py): this checkout's cod
 from pipeline.micro_vlm import evaluate_micro_vlm, train_micro_vlm  # noqa: E402
 
 DEFAULT_OUT = str(Path(__file__).resolve().parent.parent / "operators" / "weights" / "micro_vlm")
-ALLOWED = {"train": {"out": str, "seconds": float, "seed": int, "threads": int, "lr": float},
+def weights_of_types(text: str) -> dict[str, float]:
+    """`attribute:1.5,spatial:2` -> {"attribute": 1.5, "spatial": 2.0} (fact types of image questions)."""
+    from operators.demo_world import FACT_TYPES
+
+    out = {}
+    for part in text.split(","):
+        name, _, value = part.partition(":")
+        if name not in FACT_TYPES.values():
+            raise ValueError(f"unknown fact type {name!r}; valid: {', '.join(FACT_TYPES.values())}")
+        out[name] = float(value)
+    return out
+
+
+weights_of_types.__name__ = "list of fact_type:weight"
+ALLOWED = {"train": {"out": str, "seconds": float, "seed": int, "threads": int, "lr": float, "init": str,
+                     "warmup_seconds": float, "position_weight": float, "type_weights": weights_of_types},
            "evaluate": {"backbone": str, "n_per_type": int, "seed": int, "out": str}}
 
 

