@@ -350,6 +350,7 @@ def train(
     focus_weight: float = 1.0,
     position_weight: float = 0.0,
     type_weights: Mapping[str, float] | None = None,
+    caption_type_weights: Mapping[str, float] | None = None,
     per_step: Mapping[str, int] | None = None,
     warmup_seconds: float | None = None,
     log: Callable[[str], None] = print,
@@ -363,8 +364,9 @@ def train(
     `warmup_seconds` (default: a quarter of the time) ask image questions only, in short prompts
     (the question alone: `SHORT_TEMPLATES`); then all three kinds in the real templates.
     `position_weight` adds a training-only head asking each merged visual token for its cell's
-    row and column (what spatial questions compare); `type_weights` draws image questions' fact
-    types unevenly (default: evenly).
+    row and column (what spatial questions compare); `type_weights` and `caption_type_weights`
+    draw the fact types that image and caption-only questions ask about unevenly (default: image
+    questions evenly, caption-only questions as the captions' facts come).
     """
     import torch
     import torch.nn.functional as F
@@ -401,6 +403,15 @@ def train(
     position_head = torch.nn.Linear(hidden, 6)  # the cell's row (3) and column (3)
     types = list(W.FACT_TYPES.values())
     weights = [float((type_weights or {}).get(t, 1.0)) for t in types]
+    caption_weights = [float((caption_type_weights or {}).get(t, 1.0)) for t in types]
+
+    def draw(kind: str) -> W.WorldRequest:
+        if kind == "image" and type_weights:
+            return sampler.request(kind, sampler.rng.choices(types, weights)[0])
+        if kind == "caption" and caption_type_weights:
+            fact_type = sampler.rng.choices(types, caption_weights)[0]
+            return sampler.request(kind, fact_type, answer=fact_type != "negation")  # what a caption implies
+        return sampler.request(kind)
     parameters = sum(p.numel() for p in model.parameters())
     log(f"parameters: {parameters:,} (text hidden {hidden}, head_dim {model.config.text_config.head_dim})")
 
@@ -429,7 +440,7 @@ def train(
         kinds = {"image": per_step["image"] * 2} if warm else per_step
         size = sum(kinds.values())
         for kind, n in kinds.items():
-            requests = [sampler.request(kind, sampler.rng.choices(types, weights)[0] if kind == "image" and type_weights else None) for _ in range(n)]
+            requests = [draw(kind) for _ in range(n)]
             b = (short if warm else encoder).batch(requests)
             logits = model(**b["inputs"], logits_to_keep=1).logits[:, -1, :]
             loss = F.cross_entropy(logits.float(), b["targets"]) * n / size

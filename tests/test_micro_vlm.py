@@ -1,9 +1,10 @@
 """builtin:micro-vlm: the shipped trained Qwen3-VL answers the demo world's questions, through the
 unchanged hf engine, above floors; it is a plain checkpoint; its weights' hash keys its answers.
 
-The floors are this model's regression floors (first run: held-out image 0.78, caption 0.95,
-holistic AUC 0.80; on the demo's requests image 0.81, caption 0.84, holistic AUC 0.70), well above
-chance, below issue 27's (image 0.95, caption 0.97, holistic AUC 0.90)."""
+The floors are this model's regression floors, a margin under what it measures (jobs/micro_vlm.py
+evaluate: held-out image 0.97, caption-only 0.96, holistic AUC 0.99; on the demo's own requests
+image 0.95, caption-only 0.87, holistic AUC 0.99), far above chance; the mutation tests below
+show each floor failing when one link between a request and its answer is corrupted."""
 from __future__ import annotations
 
 import json
@@ -91,10 +92,10 @@ def test_hf_engine_answers_held_out_draws_above_floors(engine):
     eng, templates = engine
     table = summarize(answer_world_requests(eng, heldout_requests(n_per_type=16, seed=1), templates))
     row = {(r["kind"], r["fact_type"]): r for r in table.iter_rows(named=True)}
-    assert row["image", "all"]["accuracy"] >= 0.65, table  # 0.71 on these 80 (0.78 on 1,000)
+    assert row["image", "all"]["accuracy"] >= 0.9, table  # 0.975 on these 80 (0.967 on 1,000)
     assert row["image", "existence"]["accuracy"] >= 0.95, table
-    assert row["caption", "all"]["accuracy"] >= 0.85, table
-    assert row["holistic", "all"]["auc"] >= 0.75, table
+    assert row["caption", "all"]["accuracy"] >= 0.85, table  # 0.925
+    assert row["holistic", "all"]["auc"] >= 0.9, table  # 1.0
     assert min(r["mass_median"] for r in row.values()) >= 0.9, table
 
 
@@ -105,9 +106,9 @@ def test_hf_engine_answers_the_demo_benchmarks_requests_above_floors(engine, tmp
     requests, _ = benchmark_requests(str(tmp_path))
     table = summarize(answer_benchmark_requests(eng, requests, templates))
     row = {(r["kind"], r["fact_type"]): r for r in table.iter_rows(named=True)}
-    assert row["image", "all"]["accuracy"] >= 0.75, table  # 0.81
-    assert row["caption", "all"]["accuracy"] >= 0.8, table  # 0.84
-    assert row["holistic", "all"]["auc"] >= 0.65, table  # 0.70
+    assert row["image", "all"]["accuracy"] >= 0.9, table  # 0.948
+    assert row["caption", "all"]["accuracy"] >= 0.8, table  # 0.871
+    assert row["holistic", "all"]["auc"] >= 0.9, table  # 0.995
 
 
 # Mutation tests (issue 27, item 5): each corrupts one real link between a request and its answer
@@ -128,8 +129,8 @@ def test_reading_the_other_answer_token_breaks_the_floors(engine):
         row = held_out_table(engine)
     finally:
         eng.yes_ids, eng.no_ids = eng.no_ids, eng.yes_ids
-    assert row["image", "all"]["accuracy"] < 0.4 and row["caption", "all"]["accuracy"] < 0.2  # 0.29, 0.08
-    assert row["holistic", "all"]["auc"] < 0.3
+    assert row["image", "all"]["accuracy"] < 0.2 and row["caption", "all"]["accuracy"] < 0.2  # 0.03, 0.08
+    assert row["holistic", "all"]["auc"] < 0.2  # 0.0
 
 
 def test_an_image_placed_after_the_question_breaks_the_image_floors(engine, monkeypatch):
@@ -145,7 +146,8 @@ def test_an_image_placed_after_the_question_breaks_the_image_floors(engine, monk
 
     monkeypatch.setattr(yesno, "chat_messages", image_last)
     row = held_out_table(engine)
-    assert row["image", "all"]["accuracy"] < 0.6 and row["image", "existence"]["accuracy"] < 0.8  # 0.50, 0.53
+    assert row["image", "all"]["accuracy"] < 0.7 and row["image", "existence"]["accuracy"] < 0.7  # 0.48, 0.41
+    assert row["holistic", "all"]["auc"] < 0.75  # 0.57
     assert row["caption", "all"]["accuracy"] >= 0.85  # caption-only prompts have no image: unchanged
 
 
@@ -160,7 +162,7 @@ def test_images_paired_with_other_items_break_the_image_floors(engine):
     random.Random(0).shuffle(scenes)
     shuffled = iter(scenes)
     row = held_out_table(engine, [dataclasses.replace(r, scene=next(shuffled)) if r.kind == "image" else r for r in requests])
-    assert row["image", "all"]["accuracy"] < 0.65 and row["image", "existence"]["accuracy"] < 0.95  # 0.58, 0.47
+    assert row["image", "all"]["accuracy"] < 0.7 and row["image", "existence"]["accuracy"] < 0.7  # 0.53, 0.47
 
 
 def test_prompts_without_the_chat_template_break_the_floors(engine):
@@ -176,7 +178,7 @@ def test_prompts_without_the_chat_template_break_the_floors(engine):
         row = held_out_table(engine)
     finally:
         eng.processor.chat_template = template
-    assert row["image", "all"]["accuracy"] < 0.6 and row["holistic", "all"]["auc"] < 0.7  # 0.53, 0.57
+    assert row["image", "all"]["accuracy"] < 0.75 and row["holistic", "all"]["auc"] < 0.75  # 0.61, 0.51
 
 
 
