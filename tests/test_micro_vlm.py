@@ -210,3 +210,23 @@ def test_vllm_answers_as_the_hf_engine_does(engine):
     assert np.abs(p_yes[0] - p_yes[1]).max() <= 1e-5, np.abs(p_yes[0] - p_yes[1]).max()
     assert np.abs(np.exp(logp[0]) - np.exp(logp[1])).max() <= 1e-5  # each answer's own probability too
     assert ((logp[0, :, 0] > logp[0, :, 1]) == (logp[1, :, 0] > logp[1, :, 1])).all()
+
+
+def test_the_readmes_offline_api_example_scores_drawn_shapes_as_described(tmp_path):
+    """README's example: the Python API on builtin:micro-vlm with shapes drawn by the demo's
+    rasteriser, no download. The described scene scores near 1, swapped colours near 0, and the
+    sides swapped keeps DEPICT's credit for the two things that are there (2 of 3 questions)."""
+    from operators.demo_world import png_bytes, render, scene
+    from pipeline import Scorer
+
+    scorer = Scorer("micro", metrics=["depict", "vqascore"], root=tmp_path, executor="local")
+    images = [png_bytes(render(scene("red circle top left", "blue square middle right"))),
+              png_bytes(render(scene("blue circle top left", "red square middle right"))),
+              png_bytes(render(scene("red circle middle right", "blue square top left")))]
+    caption = "a red circle left of a blue square"
+    questions = {caption: ["Is there a red circle?", "Is there a blue square?", "Is the red circle left of the blue square?"]}
+    scores = scorer(images=images, texts=[caption] * 3, questions=questions)
+    depict, vqascore = scores["depict"].to_list(), scores["vqascore"].to_list()
+    assert depict[0] > 0.9 and vqascore[0] > 0.9, scores  # 0.999, 0.999
+    assert depict[1] < 0.1 and vqascore[1] < 0.1, scores  # 0.00004, 0.00002
+    assert 0.2 < depict[2] < 0.5 and vqascore[2] < 0.1, scores  # 0.333, 0.0002
