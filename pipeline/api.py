@@ -42,7 +42,7 @@ import pyarrow as pa
 
 from operators import schema
 from operators.metrics.decomposed import question_table
-from pipeline.config import ConfigError, ResolvedConfig, join_url, load_config, needs_grounding
+from pipeline.config import ConfigError, ResolvedConfig, join_url, load_config, needs_grounding, refuse_non_writers
 from pipeline.scoring import Timings, score_items_all_backbones
 from pipeline.stages import ingest
 from pipeline.stages.engine_stage import StageReport
@@ -219,6 +219,8 @@ class Scorer:
     def _run(self, pairs: Pairs, questions: Any, run_dir: str) -> tuple[pl.DataFrame, pl.DataFrame]:
         shipped = user_questions(questions) if questions is not None else None
         cfg = self._config_for(shipped)
+        if shipped is None:
+            refuse_non_writers(cfg)
         items = pairs_items(pairs.frame)
         chosen = self._choose_executor(items.height, cfg)
         last = LastRun(executor=chosen)

@@ -503,6 +503,8 @@ def load_config(
 
     resolved = ResolvedConfig(sweep=sweep, backbones=backbones, benchmarks=benchmarks, prompts=prompts)
     validate(resolved, require_benchmarks=preset_key == "sweep")
+    if preset_key == "sweep":  # the API checks when it is called without questions
+        refuse_non_writers(resolved)
     return resolved
 
 
@@ -515,6 +517,21 @@ def check_benchmark_folders(cfg: ResolvedConfig) -> None:
         problem = missing_release_folder(bench.root, bench.loader)
         if problem:
             raise ConfigError(f"benchmark {name}.root", f"{problem} (set data_root=... or benchmark_overrides.{name}.root=...)")
+
+
+def refuse_non_writers(cfg: ResolvedConfig) -> None:
+    """A run that would ask a yes/no-only model (`writes_questions: false`) to write its
+    questions fails here, naming the setting, instead of scoring every item `no_questions`."""
+    q = cfg.sweep.questions
+    if q.source != "model" or not required_question_sets(cfg.sweep):
+        return
+    writers = cfg.sweep.backbones if q.per_backbone else [q.generator]
+    for name in writers:
+        if not cfg.backbones[name].writes_questions:
+            key = "questions.per_backbone" if q.per_backbone else "questions.generator"
+            raise ConfigError(key, f"{name} answers yes/no questions but cannot write them; use questions.source=benchmark "
+                                   "(a benchmark that ships its questions, as the demo does), give them yourself "
+                                   "(Scorer(...)(..., questions=...)), or name a generator that writes them")
 
 
 def validate(cfg: ResolvedConfig, require_benchmarks: bool = True) -> None:

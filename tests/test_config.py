@@ -237,3 +237,16 @@ def test_every_job_reports_bad_input_in_one_line_with_exit_code_2(job, args, say
     if job != "tables" or "n_resamples" not in says:  # tables prints its usage line after the reason
         assert len(err.splitlines()) == 1, err
     assert says.replace("{tmp}", str(tmp_path)) in err and "Traceback" not in err
+
+
+def test_a_yes_no_only_model_is_refused_as_question_writer(tmp_path):
+    """builtin:micro-vlm answers yes/no but cannot write questions: naming it as the generator
+    fails at load, naming the setting, instead of scoring every item `no_questions`."""
+    with pytest.raises(ConfigError) as info:
+        load_config([f"root={tmp_path}", "questions.source=model", "questions.generator=micro"])
+    assert info.value.key == "questions.generator" and "cannot write them" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        load_config([f"root={tmp_path}", "questions.source=model", "questions.per_backbone=true"])
+    assert info.value.key == "questions.per_backbone"
+    load_config([f"root={tmp_path}", "questions.source=model", "metrics=[vqascore]", "target=vqascore", "baselines=[]", "questions.sets=[]",
+                 "questions.generator=micro"])  # no question needed: nothing to refuse

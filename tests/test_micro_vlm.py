@@ -230,3 +230,15 @@ def test_the_readmes_offline_api_example_scores_drawn_shapes_as_described(tmp_pa
     assert depict[0] > 0.9 and vqascore[0] > 0.9, scores  # 0.999, 0.999
     assert depict[1] < 0.1 and vqascore[1] < 0.1, scores  # 0.00004, 0.00002
     assert 0.2 < depict[2] < 0.5 and vqascore[2] < 0.1, scores  # 0.333, 0.0002
+
+
+def test_the_api_asks_for_questions_the_micro_model_cannot_write(tmp_path):
+    from operators.demo_world import png_bytes, render, scene
+    from pipeline import Scorer
+    from pipeline.config import ConfigError
+
+    scorer = Scorer("micro", metrics=["depict", "vqascore"], root=tmp_path, executor="local")
+    with pytest.raises(ConfigError, match="cannot write them"):
+        scorer(images=[png_bytes(render(scene("red circle top left")))], texts=["a red circle"])
+    only_holistic = Scorer("micro", metrics=["vqascore"], root=tmp_path, executor="local")
+    assert only_holistic(images=[png_bytes(render(scene("red circle top left")))], texts=["a red circle"])["vqascore"][0] > 0.9

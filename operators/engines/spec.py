@@ -45,6 +45,9 @@ class BackboneSpec:
     batch_size: int = 32  # requests per engine call
     max_new_tokens: int = 512  # generation budget (questions, claims, judge)
     note: str = ""  # shown in reports, e.g. "random weights: plumbing check only"
+    # False for a model trained to answer yes/no only (builtin:micro-vlm): it is refused as a
+    # question generator instead of writing text no parser can read. Not part of the answer key.
+    writes_questions: bool = True
     # Engine-specific settings (vllm: extra LLM(...) arguments; scripted: seed, canned generations).
     engine_options: dict = field(default_factory=dict)
 
