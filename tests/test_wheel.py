@@ -58,7 +58,7 @@ def test_user_conf_folder_adds_and_shadows_files(tmp_path, monkeypatch):
     (mine / "backbones").mkdir(parents=True)
     (mine / "sweep").mkdir()
     (mine / "backbones" / "mine.yaml").write_text((CONF_DIR / "backbones" / "smoke.yaml").read_text().replace("name: smoke", "name: mine"))
-    (mine / "sweep" / "smoke.yaml").write_text((CONF_DIR / "sweep" / "smoke.yaml").read_text() + "lam: 0.25\n")
+    (mine / "sweep" / "demo.yaml").write_text((CONF_DIR / "sweep" / "demo.yaml").read_text() + "lam: 0.25\n")  # shadows the default preset
     monkeypatch.setenv("DEPICT_CONF", str(mine))
     cfg = load_config(["backbones=[mine]", "questions.generator=mine"])
     assert set(cfg.backbones) == {"mine"} and cfg.sweep.lam == 0.25
@@ -77,7 +77,7 @@ def test_user_conf_errors_name_the_folders(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"mine/backbones/nope.yaml or .*conf/backbones/nope.yaml \(available: .*extra.*smoke"):
         load_config(["backbones=[nope]"])
     # conf_dir= is a complete folder of its own (tests): $DEPICT_CONF does not apply
-    with pytest.raises(ConfigError, match=r"no file \S*mine/sweep/smoke.yaml \(available: none\)"):
+    with pytest.raises(ConfigError, match=r"no file \S*mine/sweep/demo.yaml \(available: none\)"):
         load_config([], conf_dir=tmp_path / "mine")
 
 
