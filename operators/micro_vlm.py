@@ -20,7 +20,8 @@ border, where the demo's shapes leave background), and `PixelTable.check` compar
 against the real path.
 
 Once saved under operators/weights/micro_vlm, `operators.tiny_models` resolves `builtin:micro-vlm` to
-that folder and keys its answers by the files' hash. What one 40-minute run reached: jobs/micro_vlm.py.
+that folder and keys its answers by the files' hash. How the shipped weights were trained and what they
+reach: jobs/micro_vlm.py.
 
 Pure: torch and transformers, no Ray, no pipeline. `jobs/micro_vlm.py train` runs `train` (with
 the prompt templates from conf/prompts); `jobs/micro_vlm.py evaluate` (pipeline/micro_vlm.py)
