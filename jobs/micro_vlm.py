@@ -1,4 +1,4 @@
-"""Train or measure the built-in micro VLM (builtin:micro-vlm):
+r"""Train or measure the built-in micro VLM (builtin:micro-vlm):
 
     python jobs/micro_vlm.py train [out=operators/weights/micro_vlm] [seconds=2400] [seed=0]
     python jobs/micro_vlm.py evaluate [backbone=micro] [n_per_type=200] [seed=0] [out=DIR]
@@ -10,8 +10,8 @@ shared 2-core machine); `init=` continues from a saved folder. The shipped weigh
 (seed 0, threads=1, 2 cores shared with other jobs):
 
     python jobs/micro_vlm.py train out=/tmp/micro-1 seconds=2400 threads=1
-    python jobs/micro_vlm.py train init=/tmp/micro-1 seconds=2700 threads=1 lr=0.001 warmup_seconds=0 \
-        position_weight=1 type_weights=existence:0.5,attribute:1.5,count:1,negation:1.5,spatial:2
+    python jobs/micro_vlm.py train init=/tmp/micro-1 seconds=2700 threads=1 lr=0.001 warmup_seconds=0 position_weight=1 \
+        type_weights=existence:0.5,attribute:1.5,count:1,negation:1.5,spatial:2
 
 The first alone reached image 0.78 on held-out draws (spatial 0.59); the second adds a head asking
 each merged visual token for its cell's row and column and weights the harder fact types: held-out
@@ -34,6 +34,8 @@ if not __package__:  # run as a file (python jobs/<job>.py): this checkout's cod
 from pipeline.micro_vlm import evaluate_micro_vlm, train_micro_vlm  # noqa: E402
 
 DEFAULT_OUT = str(Path(__file__).resolve().parent.parent / "operators" / "weights" / "micro_vlm")
+
+
 def weights_of_types(text: str) -> dict[str, float]:
     """`attribute:1.5,spatial:2` -> {"attribute": 1.5, "spatial": 2.0} (fact types of image questions)."""
     from operators.demo_world import FACT_TYPES

@@ -351,7 +351,6 @@ def train(
     focus_weight: float = 1.0,
     position_weight: float = 0.0,
     type_weights: Mapping[str, float] | None = None,
-    caption_type_weights: Mapping[str, float] | None = None,
     per_step: Mapping[str, int] | None = None,
     warmup_seconds: float | None = None,
     log: Callable[[str], None] = print,
@@ -365,9 +364,8 @@ def train(
     `warmup_seconds` (default: a quarter of the time) ask image questions only, in short prompts
     (the question alone: `SHORT_TEMPLATES`); then all three kinds in the real templates.
     `position_weight` adds a training-only head asking each merged visual token for its cell's
-    row and column (what spatial questions compare); `type_weights` and `caption_type_weights`
-    draw the fact types that image and caption-only questions ask about unevenly (default: image
-    questions evenly, caption-only questions as the captions' facts come).
+    row and column (what spatial questions compare); `type_weights` draws the fact types image
+    questions ask about unevenly (default: evenly).
     """
     import torch
     import torch.nn.functional as F
@@ -404,15 +402,12 @@ def train(
     position_head = torch.nn.Linear(hidden, 6)  # the cell's row (3) and column (3)
     types = list(W.FACT_TYPES.values())
     weights = [float((type_weights or {}).get(t, 1.0)) for t in types]
-    caption_weights = [float((caption_type_weights or {}).get(t, 1.0)) for t in types]
 
     def draw(kind: str) -> W.WorldRequest:
         if kind == "image" and type_weights:
             return sampler.request(kind, sampler.rng.choices(types, weights)[0])
-        if kind == "caption" and caption_type_weights:
-            fact_type = sampler.rng.choices(types, caption_weights)[0]
-            return sampler.request(kind, fact_type, answer=fact_type != "negation")  # what a caption implies
         return sampler.request(kind)
+
     parameters = sum(p.numel() for p in model.parameters())
     log(f"parameters: {parameters:,} (text hidden {hidden}, head_dim {model.config.text_config.head_dim})")
 

@@ -230,10 +230,13 @@ def headline_table(statistics: pl.DataFrame, cfg: ResolvedConfig) -> str:
 
 
 def _with_interval(row: dict) -> str:
-    """`value [ci_low, ci_high]` to 3 decimals; the value alone without an interval; `-` for NaN."""
+    """`value [ci_low, ci_high]` to 3 decimals, as the report tables write a cell; the value
+    alone without an interval; `-` for NaN."""
+    from pipeline.reports.render import cell_text
+    from pipeline.reports.tables import Cell, Column
+
     value, low, high = row["value"], row["ci_low"], row["ci_high"]
     if value is None or math.isnan(value):
         return "-"
-    if low is None or high is None or math.isnan(low) or math.isnan(high):
-        return f"{value:.3f}"
-    return f"{value:.3f} [{low:.3f}, {high:.3f}]"
+    interval = None if low is None or high is None or math.isnan(low) or math.isnan(high) else (low, high)
+    return cell_text(Cell(value, ci=interval), Column(key="", label="", digits=3, show_ci=True))
