@@ -17,10 +17,13 @@ Pure: numpy only (no Ray, no pipeline), so model code in `operators` can use it.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 import random
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -461,8 +464,28 @@ def png_bytes(indices: np.ndarray) -> bytes:
 FACT_TYPES = {"present": "existence", "colour": "attribute", "count": "count", "spatial": "spatial", "absent": "negation"}
 REQUEST_KINDS = ("image", "caption", "holistic")
 # Seed spaces: a draw's generator is seeded with (split tag, seed), so the splits never share a
-# stream; `WorldSampler` also refuses every benchmark scene and caption text outright.
-SPLITS = {"train": 1, "heldout": 2}
+# stream; `WorldSampler` also refuses every fixed benchmark scene and caption text outright.
+SPLITS = {"train": 1, "heldout": 2, "bench": 3}
+# The drawn benchmark's space: one scene (and one caption text) in RESERVED_SHARE, chosen by a
+# hash of its content. The "bench" split draws only from it, every other split never does, so a
+# model trained on draws never saw a drawn benchmark item, however many draws it took.
+RESERVED_SHARE = 8
+
+
+def _reserved(text: str) -> bool:
+    digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % RESERVED_SHARE == 0
+
+
+def reserved_scene(scene_: Scene) -> bool:
+    """Whether a scene lies in the drawn benchmark's space (order-free: a scene is a set)."""
+    return _reserved(";".join(sorted(f"{o.colour} {o.shape} {o.row} {o.col}" for o in scene_)))
+
+
+def reserved_caption(text: str) -> bool:
+    """Whether a caption text lies in the drawn benchmark's space. Decided by its words as a
+    multiset, so the two captions of a swapped-word pair are reserved together."""
+    return _reserved("caption:" + " ".join(sorted(text.split())))
 
 
 @dataclass(frozen=True)
@@ -485,17 +508,31 @@ class WorldRequest:
     facts: tuple[Fact, ...] = ()  # the asked fact (image, caption), or the caption's facts (holistic)
 
 
+Items = tuple[Sequence[CorrelationPrompt], Sequence[WinogroundExample], Sequence[McqRow]]
+FIXED_ITEMS: Items = (CORRELATION, WINOGROUND, MCQ)
+
+
+def item_scenes(items: Items) -> list[Scene]:
+    """Every scene of a benchmark's (correlation, winoground, mcq) items."""
+    correlation, winoground, mcq = items
+    return [s for p in correlation for s in p.scenes] + [s for e in winoground for s in e.scenes] + [r.scene for r in mcq]
+
+
+def item_captions(items: Items) -> list[Caption]:
+    """Every caption of a benchmark's (correlation, winoground, mcq) items."""
+    correlation, winoground, mcq = items
+    return [p.caption for p in correlation] + [c for e in winoground for c in e.captions] + [
+        c for r in mcq for c in (r.correct, *r.distractors)]
+
+
 def benchmark_scenes() -> frozenset[frozenset[SceneObject]]:
     """Every scene of the demo benchmark's fixed items, as sets of objects (order-free)."""
-    scenes = [s for p in CORRELATION for s in p.scenes] + [s for e in WINOGROUND for s in e.scenes] + [r.scene for r in MCQ]
-    return frozenset(frozenset(s) for s in scenes)
+    return frozenset(frozenset(s) for s in item_scenes(FIXED_ITEMS))
 
 
 def benchmark_captions() -> frozenset[str]:
     """Every caption text of the demo benchmark's fixed items."""
-    caps = [p.caption for p in CORRELATION] + [c for e in WINOGROUND for c in e.captions]
-    caps += [c for r in MCQ for c in (r.correct, *r.distractors)]
-    return frozenset(c.text for c in caps)
+    return frozenset(c.text for c in item_captions(FIXED_ITEMS))
 
 
 def image_truth(fact: Fact, form: str, scene_: Scene) -> bool:
@@ -547,18 +584,26 @@ def consistent(clauses: tuple[Clause, ...]) -> bool:
 class WorldSampler:
     """Seeded draws of scenes, captions and yes/no requests from the demo world.
 
-    `split` picks a seed space ("train" or "heldout"): the same (split, seed) always gives the
-    same draws, and the two splits never share a generator. No draw is ever a benchmark scene
-    or a benchmark caption text (checked on every draw, not assumed), so a model trained on
-    draws is measured on the benchmark's items as on unseen data.
+    `split` picks a seed space ("train", "heldout" or "bench"): the same (split, seed) always
+    gives the same draws, and no two splits share a generator. No draw is ever a fixed benchmark
+    scene or caption text, and only the "bench" split draws from the reserved space
+    (`reserved_scene`, `reserved_caption`; checked on every draw, not assumed), so a model
+    trained on draws is measured on the benchmark's items, fixed and drawn, as on unseen data.
     """
 
     def __init__(self, seed: int = 0, split: str = "train"):
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; valid: {sorted(SPLITS)}")
         self.rng = random.Random(f"demo-world/{split}/{seed}")
+        self.split = split
         self._scenes = benchmark_scenes()
         self._captions = benchmark_captions()
+
+    def allowed_scene(self, scene_: Scene) -> bool:
+        return frozenset(scene_) not in self._scenes and reserved_scene(scene_) == (self.split == "bench")
+
+    def allowed_caption(self, text: str) -> bool:
+        return text not in self._captions and reserved_caption(text) == (self.split == "bench")
 
     # ------------------------------------------------------------------ scenes
 
@@ -577,7 +622,7 @@ class WorldSampler:
                     shape, colour = rng.choice(SHAPES), rng.choice(tuple(COLOURS))
                 objects.append(SceneObject(shape, colour, cell // 3, cell % 3))
             drawn = tuple(objects)
-            if frozenset(drawn) not in self._scenes:
+            if self.allowed_scene(drawn):
                 return drawn
 
     # ------------------------------------------------------------------ facts
@@ -695,7 +740,7 @@ class WorldSampler:
             clauses = tuple(c for c in (self._clause(scene_, rng.random() < p_true) for _ in range(n)) if c is not None)
             if clauses and consistent(clauses):
                 cap = Caption(clauses)
-                if cap.text not in self._captions:
+                if self.allowed_caption(cap.text):
                     return cap
 
     def swapped_pair(self, scene_: Scene) -> tuple[Caption, Caption] | None:
@@ -709,7 +754,7 @@ class WorldSampler:
             second = Caption((Relation(Thing(subject.shape, other.colour), fact.relation, Thing(other.shape, subject.colour)),))
         else:  # swap the things
             second = Caption((Relation(other, fact.relation, subject),))
-        if first == second or {first.text, second.text} & self._captions:
+        if first == second or not (self.allowed_caption(first.text) and self.allowed_caption(second.text)):
             return None
         return first, second
 
@@ -752,3 +797,156 @@ class WorldSampler:
                 if holds == answer:
                     return WorldRequest("holistic", scene_, cap.text, None, holds, "holistic", facts=tuple(cap.facts))
         raise ValueError(f"unknown request kind {kind!r}; valid: {REQUEST_KINDS}")
+
+
+# ------------------------------------------------------------------ the drawn benchmark items
+
+# How many items the large demo draws beyond the fixed ones: correlation captions (3 images
+# each), Winoground-style examples (2 x 2) and multiple-choice rows (1 image, 4 captions).
+DRAWN_SIZES = {"correlation": 56, "winoground": 18, "mcq": 24}
+
+
+def _free_cell(rng: random.Random, scene_: Scene) -> tuple[int, int] | None:
+    free = [c for c in range(9) if (c // 3, c % 3) not in {(o.row, o.col) for o in scene_}]
+    return None if not free else divmod(rng.choice(free), 3)
+
+
+def _edit(rng: random.Random, scene_: Scene) -> Scene:
+    """One small change to a scene: recolour, reshape, move, remove, add, or swap two cells."""
+    objects = list(scene_)
+    i = rng.randrange(len(objects))
+    obj = objects[i]
+    kind = rng.choice(("colour", "shape", "move", "remove", "add", "swap"))
+    if kind == "colour":
+        objects[i] = SceneObject(obj.shape, rng.choice([c for c in COLOURS if c != obj.colour]), obj.row, obj.col)
+    elif kind == "shape":
+        objects[i] = SceneObject(rng.choice([s for s in SHAPES if s != obj.shape]), obj.colour, obj.row, obj.col)
+    elif kind in ("move", "add") and (cell := _free_cell(rng, scene_)) is not None:
+        if kind == "move":
+            objects[i] = SceneObject(obj.shape, obj.colour, *cell)
+        else:
+            objects.append(SceneObject(rng.choice(SHAPES), rng.choice(tuple(COLOURS)), *cell))
+    elif kind == "remove" and len(objects) > 1:
+        del objects[i]
+    elif kind == "swap" and len(objects) > 1:
+        j = rng.choice([k for k in range(len(objects)) if k != i])
+        a, b = objects[i], objects[j]
+        objects[i], objects[j] = SceneObject(a.shape, a.colour, b.row, b.col), SceneObject(b.shape, b.colour, a.row, a.col)
+    return tuple(objects)
+
+
+def _true_of(cap: Caption, scene_: Scene) -> bool:
+    return all(f.holds(scene_) for f in cap.facts)
+
+
+def _draw_correlation(sampler: WorldSampler, n: int, taken: set[str]) -> list[CorrelationPrompt]:
+    """Captions true of a drawn scene, each with two edited scenes that break some of its facts
+    (one to three edits: graded ratings, sometimes no fact left)."""
+    rng, out = sampler.rng, []
+    while len(out) < n:
+        match = sampler.scene()
+        cap = sampler.caption(match, p_true=1.0)
+        if cap.text in taken or len(cap.facts) < 2 or not _true_of(cap, match):
+            continue
+        others: dict[frozenset, Scene] = {}
+        for _ in range(400):
+            edited = match
+            for _ in range(rng.choice((1, 1, 2, 3))):
+                edited = _edit(rng, edited)
+            key = frozenset(edited)
+            if key != frozenset(match) and key not in others and cap.share_true(edited) < 1 and sampler.allowed_scene(edited):
+                others[key] = edited
+        shares = {}
+        for edited in others.values():  # two different ratings where the edits allow
+            shares.setdefault(cap.share_true(edited), edited)
+        picked = list(shares.values())[:2] if len(shares) >= 2 else list(others.values())[:2]
+        if len(picked) == 2:
+            taken.add(cap.text)
+            out.append(CorrelationPrompt(cap, (match, *picked)))
+    return out
+
+
+def _swaps(scene_: Scene) -> list[Scene]:
+    """Every scene made by swapping two objects' cells, or their colours."""
+    out = []
+    for i in range(len(scene_)):
+        for j in range(i + 1, len(scene_)):
+            a, b = scene_[i], scene_[j]
+            for x, y in ((SceneObject(a.shape, a.colour, b.row, b.col), SceneObject(b.shape, b.colour, a.row, a.col)),
+                         (SceneObject(a.shape, b.colour, a.row, a.col), SceneObject(b.shape, a.colour, b.row, b.col))):
+                swapped = list(scene_)
+                swapped[i], swapped[j] = x, y
+                out.append(tuple(swapped))
+    return out
+
+
+def _draw_winoground(sampler: WorldSampler, n: int, taken: set[str]) -> list[WinogroundExample]:
+    """Swapped-word caption pairs, each with the scene it describes and a swap of that scene that
+    the other caption describes (and the first does not)."""
+    rng, out = sampler.rng, []
+    while len(out) < n:
+        first_scene = sampler.scene()
+        pair = sampler.swapped_pair(first_scene)
+        if pair is None or {pair[0].text, pair[1].text} & taken:
+            continue
+        first, second = pair
+        if not _true_of(first, first_scene) or _true_of(second, first_scene):
+            continue
+        fits = [s for s in _swaps(first_scene) if _true_of(second, s) and not _true_of(first, s) and sampler.allowed_scene(s)]
+        if fits:
+            taken |= {first.text, second.text}
+            out.append(WinogroundExample((first, second), (first_scene, rng.choice(fits))))
+    return out
+
+
+def _mcq_caption(sampler: WorldSampler, scene_: Scene, template: str, true: bool) -> Caption | None:
+    """A NegBench-style caption of one template (affirmative / negation / hybrid), true of the
+    scene or not: the false ones deny what is there or state what is not."""
+    rng = sampler.rng
+
+    def thing(holds: bool) -> Clause | None:
+        fact = sampler.fact(scene_, rng.choice(("existence", "attribute", "count")), holds)
+        return None if fact is None else Thing(fact.shape, fact.colour, fact.count or 1)
+
+    def no(holds: bool) -> Clause | None:
+        fact = sampler.fact(scene_, "negation", holds)
+        return None if fact is None else No(fact.shape, fact.colour)
+
+    for _ in range(50):
+        lie = rng.random() < 0.5  # which clause of a false two-clause caption lies
+        if template == "affirmative":
+            clauses = [thing(true)] if rng.random() < 0.5 else [thing(true or lie), thing(true or not lie)]
+        elif template == "negation":
+            clauses = [no(true)] if rng.random() < 0.5 else [no(true or lie), no(true or not lie)]
+        else:
+            clauses = [thing(true or lie), no(true or not lie)]
+        if any(c is None for c in clauses) or not consistent(tuple(clauses)):
+            continue
+        cap = Caption(tuple(clauses))
+        if cap.template == template and _true_of(cap, scene_) == true and sampler.allowed_caption(cap.text):
+            return cap
+    return None
+
+
+def _draw_mcq(sampler: WorldSampler, n: int) -> list[McqRow]:
+    """One scene, a true caption (the templates in turn) and a false one of each template."""
+    rng, out = sampler.rng, []
+    while len(out) < n:
+        scene_ = sampler.scene()
+        correct = _mcq_caption(sampler, scene_, ("affirmative", "negation", "hybrid")[len(out) % 3], True)
+        wrong = [_mcq_caption(sampler, scene_, t, False) for t in ("affirmative", "negation", "hybrid")]
+        options = [correct, *wrong]
+        if all(options) and len({c.text for c in options}) == 4:
+            out.append(McqRow(scene_, correct, tuple(wrong)))
+    return out
+
+
+@functools.cache
+def drawn_items(seed: int = 0) -> Items:
+    """The large demo's drawn items, from the reserved "bench" split: never a training draw,
+    never a fixed item, the same on every machine for a given seed."""
+    sampler = WorldSampler(seed, "bench")
+    taken: set[str] = set()
+    correlation = _draw_correlation(sampler, DRAWN_SIZES["correlation"], taken)
+    winoground = _draw_winoground(sampler, DRAWN_SIZES["winoground"], taken)
+    return tuple(correlation), tuple(winoground), tuple(_draw_mcq(sampler, DRAWN_SIZES["mcq"]))

@@ -8,8 +8,9 @@ sets of requests:
 - held-out draws: `operators.demo_world.WorldSampler(seed, "heldout")`, balanced per fact type,
   their prompts filled by `operators.answering.answer_prompt`, their images the PNG bytes the
   demo writes, decoded by `operators.images.decode_image`;
-- the demo benchmark's own requests: the items, shipped questions and request plan of
-  `sweep=smoke` (`pipeline.stages.answers.plan_answers`), every unique request once.
+- the demo benchmark's own requests: the items (the large demo's, fixed and drawn), shipped
+  questions and request plan of `sweep=smoke` (`pipeline.stages.answers.plan_answers`), every
+  unique request once.
 
 Reported per request kind and fact type: accuracy (answer = Yes when logp_yes > logp_no), the
 holistic AUC (normalised P(yes) ranking true captions over false ones), and the median answer
@@ -85,9 +86,14 @@ def answer_world_requests(engine, requests: Sequence[W.WorldRequest], templates:
     return [Answered(r.kind, t, r.answer, float(y), float(n)) for r, t, (y, n) in zip(requests, types, logp, strict=True)]
 
 
-def benchmark_requests(root: str, backbone: str = "micro", overrides: Sequence[str] = ()) -> tuple[pl.DataFrame, dict]:
-    """The demo benchmark's unique requests under `sweep=smoke` with `backbone`, each with its
-    truth and fact type, and the loaded config's templates."""
+LARGE_DEMO = ("demo_large", "demo_large_winoground", "demo_large_mcq")
+
+
+def benchmark_requests(root: str, backbone: str = "micro", overrides: Sequence[str] = (),
+                       benchmarks: Sequence[str] = LARGE_DEMO) -> tuple[pl.DataFrame, dict]:
+    """The demo benchmarks' unique requests under `sweep=smoke` with `backbone` (default: the
+    large demo, fixed and drawn items), each with its truth and fact type, and the loaded
+    config's templates."""
     from operators.hashing import image_hash
     from pipeline.config import load_config, required_question_sets
     from pipeline.scoring import needs_holistic
@@ -95,7 +101,7 @@ def benchmark_requests(root: str, backbone: str = "micro", overrides: Sequence[s
     from pipeline.stages import questions as qstage
     from pipeline.stages.answers import plan_answers
 
-    cfg = load_config(["sweep=smoke", f"backbones=[{backbone}]", f"root={root}", *overrides])
+    cfg = load_config(["sweep=smoke", f"backbones=[{backbone}]", f"benchmarks=[{','.join(benchmarks)}]", f"root={root}", *overrides])
     items, shipped, _ = ingest.load_items(cfg.benchmarks)
     hashes = {u: image_hash(open(u, "rb").read()) for u in items["image_uri"].unique().to_list()}
     items = items.with_columns(image_hash=pl.col("image_uri").replace_strict(hashes))
@@ -128,14 +134,14 @@ def benchmark_requests(root: str, backbone: str = "micro", overrides: Sequence[s
 
 def _demo_world_index() -> tuple[dict, dict, dict]:
     """The demo benchmark's scenes by image hash, captions by text, and (fact, form) pairs by
-    question text: what a request or record of the demo is about."""
+    question text (fixed and drawn items): what a request or record of the demo is about."""
     from operators.hashing import image_hash
 
     scenes = {}
-    for obj_scene in [s for p in W.CORRELATION for s in p.scenes] + [s for e in W.WINOGROUND for s in e.scenes] + [r.scene for r in W.MCQ]:
+    parts = (W.FIXED_ITEMS, W.drawn_items())
+    for obj_scene in [s for items in parts for s in W.item_scenes(items)]:
         scenes[image_hash(W.png_bytes(W.render(obj_scene)))] = obj_scene
-    captions = [p.caption for p in W.CORRELATION] + [c for e in W.WINOGROUND for c in e.captions]
-    captions += [c for r in W.MCQ for c in (r.correct, *r.distractors)]
+    captions = [c for items in parts for c in W.item_captions(items)]
     caption_of = {c.text: c for c in captions}
     facts_of_question: dict[str, set] = {}
     for cap in captions:

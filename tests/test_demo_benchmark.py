@@ -322,7 +322,7 @@ def test_bad_manifest_rows_are_reported_and_skipped(root, tmp_path, monkeypatch)
     rows[1]["image"] = "../outside.png"
     rows[2]["human"] = 7
     (copy / demo.MANIFEST).write_text(json.dumps(manifest))
-    monkeypatch.setattr(demo, "write_demo", lambda root: None)  # keep the edited manifest
+    monkeypatch.setattr(demo, "write_demo", lambda root, drawn=False: None)  # keep the edited manifest
     result = demo.load(str(copy))
     assert result.items.num_rows == 21
     assert [(p.record, p.field) for p in result.problems] == [

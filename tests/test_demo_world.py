@@ -79,3 +79,68 @@ def _all_facts(scene):
 def test_sampled_scenes_render_with_the_benchmarks_rasteriser():
     scene = W.WorldSampler(2).scene()
     assert demo.render is W.render and demo.png_bytes(demo.render(scene))[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ------------------------------------------------------------------ the large demo's drawn items
+
+
+def test_training_and_heldout_draws_never_enter_the_reserved_space_and_bench_draws_never_leave_it():
+    for split in ("train", "heldout"):
+        for r in _draws(0, split, 300):
+            assert r.scene is None or not W.reserved_scene(r.scene)
+            assert r.caption is None or not W.reserved_caption(r.caption)
+    bench = W.WorldSampler(0, "bench")
+    scenes = [bench.scene() for _ in range(200)]
+    assert all(W.reserved_scene(s) for s in scenes)
+    assert all(W.reserved_caption(bench.caption(s).text) for s in scenes[:50])
+    # the rule is a content hash: order-free for scenes, word-order-free for captions (swapped pairs go together)
+    a, b = W.scene("red circle top left", "blue square bottom right"), W.scene("blue square bottom right", "red circle top left")
+    assert W.reserved_scene(a) == W.reserved_scene(b)
+    assert W.reserved_caption("a red circle above a blue square") == W.reserved_caption("a blue square above a red circle")
+    everything = [W.scene(f"{c} {s} top left") for c in W.COLOURS for s in W.SHAPES]
+    assert 0 < sum(map(W.reserved_scene, everything)) < len(everything)  # a share, not all or none
+
+
+def test_drawn_items_are_reserved_distinct_from_the_fixed_ones_and_true_to_their_roles():
+    correlation, winoground, mcq = W.drawn_items()
+    assert (len(correlation), len(winoground), len(mcq)) == tuple(W.DRAWN_SIZES.values())
+    assert W.drawn_items() == (correlation, winoground, mcq)  # the same on every call and machine
+    fixed_scenes, fixed_captions = W.benchmark_scenes(), W.benchmark_captions()
+    for s in W.item_scenes((correlation, winoground, mcq)):
+        assert W.reserved_scene(s) and frozenset(s) not in fixed_scenes
+    for c in W.item_captions((correlation, winoground, mcq)):
+        assert W.reserved_caption(c.text) and c.text not in fixed_captions
+    assert len({p.caption.text for p in correlation}) == len(correlation)
+
+    def true_of(cap, s):
+        return all(f.holds(s) for f in cap.facts)
+
+    ratings = set()
+    for p in correlation:  # the first scene is the caption's; the others break one or more facts
+        assert true_of(p.caption, p.scenes[0]) and len(p.caption.facts) >= 2
+        assert all(p.caption.share_true(s) < 1 for s in p.scenes[1:]) and len(set(map(frozenset, p.scenes))) == 3
+        ratings |= {p.caption.synthetic_rating(s) for s in p.scenes}
+    assert len(ratings) >= 6  # graded, not match / no match
+    for e in winoground:  # caption i describes image i only; the two captions use the same words
+        (c0, c1), (s0, s1) = e.captions, e.scenes
+        assert true_of(c0, s0) and true_of(c1, s1) and not true_of(c0, s1) and not true_of(c1, s0)
+        assert sorted(c0.text.split()) == sorted(c1.text.split())
+    templates = collections.Counter()
+    for r in mcq:  # one true caption, three false ones: one of each template
+        assert true_of(r.correct, r.scene) and not any(true_of(d, r.scene) for d in r.distractors)
+        assert [d.template for d in r.distractors] == ["affirmative", "negation", "hybrid"]
+        templates[r.correct.template] += 1
+    assert set(templates) == {"affirmative", "negation", "hybrid"}
+
+
+def test_the_large_demo_loads_the_fixed_items_then_the_drawn_ones(tmp_path):
+    small = {part: demo.load(str(tmp_path / "small"), part=part) for part in ("correlation", "winoground", "mcq")}
+    large = {part: demo.load(str(tmp_path / "large"), part=part, drawn=True) for part in ("correlation", "winoground", "mcq")}
+    drawn = {"correlation": 3 * W.DRAWN_SIZES["correlation"], "winoground": 4 * W.DRAWN_SIZES["winoground"], "mcq": 4 * W.DRAWN_SIZES["mcq"]}
+    for part, result in large.items():
+        ids = result.items["item_id"].to_pylist()
+        fixed = small[part].items["item_id"].to_pylist()
+        assert ids[:len(fixed)] == fixed and len(ids) == len(fixed) + drawn[part] and not result.problems
+        assert all(i.split("/")[1].startswith("g") for i in ids[len(fixed):])
+        assert set(result.questions["caption"].to_pylist()) == set(result.items["caption"].to_pylist())
+    assert {"c01-0", "c08-2"} <= {i.split("/")[1] for i in large["correlation"].items["item_id"].to_pylist()}

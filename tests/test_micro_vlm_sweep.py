@@ -54,7 +54,7 @@ def test_the_default_runs_answers_agree_with_the_demo_worlds_truth(default_run):
 
 def test_the_default_runs_depict_ranks_captions_as_the_ratings_do(default_run):
     _, result = default_run
-    stats = result.statistics.filter(pl.col("benchmark") == "demo", pl.col("statistic") == "srcc", pl.col("subset") == "all")
+    stats = result.statistics.filter(pl.col("benchmark") == "demo_large", pl.col("statistic") == "srcc", pl.col("subset") == "all")
     srcc = {r["metric"]: r for r in stats.iter_rows(named=True)}
     assert srcc["depict"]["value"] >= 0.75, srcc["depict"]  # 0.906 [0.78, 0.96]; random weights: -0.18
     assert srcc["depict"]["ci_low"] > 0.5
@@ -66,7 +66,7 @@ def test_depict_handles_negated_captions_where_fixed_yes_baselines_cannot(defaul
     """The method's claim on NegBench-style items: a caption that says something is absent
     implies the answer No, which DEPICT reads from p_t and Soft-TIFA (expecting Yes) cannot."""
     _, result = default_run
-    mcq = result.statistics.filter(pl.col("benchmark") == "demo_mcq", pl.col("statistic") == "accuracy", pl.col("subset") == "all")
+    mcq = result.statistics.filter(pl.col("benchmark") == "demo_large_mcq", pl.col("statistic") == "accuracy", pl.col("subset") == "all")
     accuracy_of = {r["metric"]: r["value"] for r in mcq.iter_rows(named=True)}
     assert accuracy_of["depict"] >= 0.85, accuracy_of  # 1.0
     assert accuracy_of["depict"] - max(accuracy_of["soft_tifa_am"], accuracy_of["hard_fixed_yes"]) >= 0.5, accuracy_of  # 0.0, 0.15

@@ -55,6 +55,7 @@ from operators.demo_world import (  # noqa: F401  (the world's names, as this mo
     Thing,
     WinogroundExample,
     caption,
+    drawn_items,
     png_bytes,
     render,
     scene,
@@ -80,8 +81,9 @@ def _image_path(data: bytes) -> str:
     return f"images/{digest[:2]}/{digest}.png"
 
 
-def _build() -> tuple[dict[str, Any], dict[str, bytes]]:
-    """The manifest and the image files (relative path -> bytes) the demo consists of."""
+def _build(drawn: bool = False) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """The manifest and the image files (relative path -> bytes) the demo consists of: the fixed
+    items, then (`drawn`) the large demo's items drawn from the world's reserved space."""
     images: dict[str, bytes] = {}
     truth: dict[str, list[dict]] = {}
     captions: dict[str, Caption] = {}
@@ -102,55 +104,62 @@ def _build() -> tuple[dict[str, Any], dict[str, bytes]]:
                 "human": None, "image_index": None, "caption_index": None, "correct": None, "template": None}
         return base | extra | {"tags": tags, "facts": facts}
 
-    correlation = [
-        row(f"c{p:02d}-{v}", s, prompt.caption, prompt.caption.text, human=prompt.caption.synthetic_rating(s))
-        for p, prompt in enumerate(CORRELATION, start=1)
-        for v, s in enumerate(prompt.scenes)
-    ]
-    winoground = [
-        row(f"w{e:02d}-i{i}-c{c}", ex.scenes[i], ex.captions[c], f"w{e:02d}", image_index=i, caption_index=c, correct=i == c)
-        for e, ex in enumerate(WINOGROUND, start=1)
-        for i in (0, 1)
-        for c in (0, 1)
-    ]
-    mcq = []
-    for r, mrow in enumerate(MCQ, start=1):
-        options = list(mrow.distractors)
-        answer = (r - 1) % 4  # rotate the correct option's position through 0..3
-        options.insert(answer, mrow.correct)
-        mcq += [
-            row(f"m{r:02d}-o{k}", mrow.scene, option, f"m{r:02d}", caption_index=k, correct=k == answer,
-                template=mrow.correct.template)
-            for k, option in enumerate(options)
+    parts = {"correlation": [], "winoground": [], "mcq": []}
+    sets = [("", (CORRELATION, WINOGROUND, MCQ))]
+    if drawn:
+        sets.append(("g", drawn_items()))  # drawn items' ids start with g: g001-0, gw01-i0-c1, gm01-o2
+    for prefix, (correlation, winoground, mcq) in sets:
+        width = 3 if prefix else 2
+        parts["correlation"] += [
+            row(f"{prefix or 'c'}{p:0{width}d}-{v}", s, prompt.caption, prompt.caption.text, human=prompt.caption.synthetic_rating(s))
+            for p, prompt in enumerate(correlation, start=1)
+            for v, s in enumerate(prompt.scenes)
         ]
+        parts["winoground"] += [
+            row(f"{prefix}w{e:02d}-i{i}-c{c}", ex.scenes[i], ex.captions[c], f"{prefix}w{e:02d}", image_index=i,
+                caption_index=c, correct=i == c)
+            for e, ex in enumerate(winoground, start=1)
+            for i in (0, 1)
+            for c in (0, 1)
+        ]
+        for r, mrow in enumerate(mcq, start=1):
+            options = list(mrow.distractors)
+            answer = (r - 1) % 4  # rotate the correct option's position through 0..3
+            options.insert(answer, mrow.correct)
+            parts["mcq"] += [
+                row(f"{prefix}m{r:02d}-o{k}", mrow.scene, option, f"{prefix}m{r:02d}", caption_index=k, correct=k == answer,
+                    template=mrow.correct.template)
+                for k, option in enumerate(options)
+            ]
     questions = [q for cap in captions.values() for q in cap.question_rows()]
     manifest = {
         "about": "Synthetic demo benchmark: flat shapes on a 3x3 grid. 'human' is SYNTHETIC: "
                  "1 + 4 * share of the caption's facts that hold in the image (see each row's 'facts').",
         "version": MANIFEST_VERSION,
         "images": {path: truth[path] for path in sorted(truth)},
-        "parts": {"correlation": correlation, "winoground": winoground, "mcq": mcq},
+        "parts": parts,
         "questions": questions,
     }
     return manifest, images
 
 
 @functools.cache
-def _demo_files() -> tuple[bytes, dict[str, bytes]]:
+def _demo_files(drawn: bool = False) -> tuple[bytes, dict[str, bytes]]:
     """The manifest's bytes and the images; computed once per process (rendering is the cost)."""
-    manifest, images = _build()
+    manifest, images = _build(drawn)
     return (json.dumps(manifest, indent=1, sort_keys=True, ensure_ascii=True) + "\n").encode("ascii"), images
 
 
-def write_demo(root: str) -> None:
-    """Write the demo's images and manifest under `root` (a folder or fsspec URL).
+def write_demo(root: str, drawn: bool = False) -> None:
+    """Write the demo's images and manifest under `root` (a folder or fsspec URL); `drawn` adds
+    the large demo's drawn items (a root holds one of the two: the other's manifest is replaced).
 
     Idempotent and safe to run concurrently: a manifest with exactly the expected bytes
     means the demo is complete (it is written after every image), so nothing is redone;
     images are content-addressed, so an existing file always holds the right bytes.
     """
     folder = Folder(root)
-    expected, images = _demo_files()
+    expected, images = _demo_files(drawn)
     manifest_path = folder.join(MANIFEST)
     if folder.fs.isfile(manifest_path) and folder.fs.cat_file(manifest_path) == expected:
         return
@@ -162,11 +171,12 @@ def write_demo(root: str) -> None:
 # -------------------------------------------------------------------------- loader
 
 
-def load(root: str, part: str = "correlation") -> LoadResult:
-    """Items and shipped questions of one demo part, writing the demo first if needed."""
+def load(root: str, part: str = "correlation", drawn: bool = False) -> LoadResult:
+    """Items and shipped questions of one demo part, writing the demo first if needed; `drawn`
+    loads the large demo (the fixed items, then those drawn from the world's reserved space)."""
     if part not in BENCHMARK_NAMES:
         raise ValueError(f"demo: unknown part {part!r}; valid: {sorted(BENCHMARK_NAMES)}")
-    write_demo(root)
+    write_demo(root, drawn)
     folder = Folder(root)
     manifest_path = folder.join(MANIFEST)
     manifest = folder.read_json(manifest_path)
