@@ -17,7 +17,7 @@ def row(benchmark, metric, value, low=None, high=None, statistic=None, subset="a
 
 
 def test_values_carry_their_intervals_and_missing_ones_stay_missing(tmp_path):
-    cfg = load_config([f"root={tmp_path}", "backbones=[micro]"])
+    cfg = load_config([f"root={tmp_path}", "sweep=smoke", "backbones=[micro]"])
     stats = pl.DataFrame([
         row("demo", "depict", 0.4563, 0.1801, 0.6372),
         row("demo", "dsg", 0.5349, -0.0914, 0.7301),
