@@ -930,7 +930,7 @@ def _mcq_caption(sampler: WorldSampler, scene_: Scene, template: str, true: bool
 
 def _draw_mcq(sampler: WorldSampler, n: int) -> list[McqRow]:
     """One scene, a true caption (the templates in turn) and a false one of each template."""
-    rng, out = sampler.rng, []
+    out: list[McqRow] = []
     while len(out) < n:
         scene_ = sampler.scene()
         correct = _mcq_caption(sampler, scene_, ("affirmative", "negation", "hybrid")[len(out) % 3], True)

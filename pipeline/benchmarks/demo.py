@@ -16,6 +16,11 @@ Three parts, one loader (`load(root, part=...)`):
 - winoground: 6 examples, 2 images x 2 captions that swap words;
 - mcq: 8 NegBench-style rows, one image and 4 captions (affirmative / negation / hybrid).
 
+The large demo (`drawn=True`; conf/benchmarks/demo_large*.yaml, the default run's) adds items
+drawn from the world's reserved space, which a model trained on the world's draws never saw:
+56 captions x 3 images, 18 Winoground-style examples and 24 multiple-choice rows
+(`operators.demo_world.drawn_items`; ids g001-0, gw01-i0-c0, gm01-o0).
+
 The world itself (scenes, clauses, facts, the rasteriser and the fixed items) lives in
 `operators.demo_world`, beside a seeded sampler of fresh draws that never repeats these items;
 this module writes the benchmark's files and loads them. Nothing here is random: the items are
