@@ -9,6 +9,7 @@ searched first, so users add or shadow config files without editing the shipped 
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Sequence
@@ -22,6 +23,8 @@ from omegaconf.errors import OmegaConfBaseException
 from operators.engines.spec import BackboneSpec
 from operators.judge import JUDGE_KINDS
 from operators.views import FILLS
+
+log = logging.getLogger(__name__)
 
 # Folders of the user's own configs, searched before the shipped ones (os.pathsep-separated).
 CONF_ENV = "DEPICT_CONF"
@@ -496,6 +499,11 @@ def load_config(
         )
         spec.root = _absolute(spec.root)
         benchmarks[name] = spec
+
+    for kind, overrides, names in (("backbone", sweep.backbone_overrides, backbones), ("benchmark", sweep.benchmark_overrides, benchmarks)):
+        for name in sorted(set(overrides) - set(names)):  # a typo, or a name another run uses: say so
+            log.warning("%s_overrides.%s: no %s of this run is named %s (this run's: %s); ignored",
+                        kind, name, kind, name, ", ".join(names) or "none")
 
     prompts_cfg = _read_conf(conf, "prompts", sweep.prompts, "prompts")
     templates = {k: v for k, v in OmegaConf.to_container(prompts_cfg).items() if k != "version"}

@@ -252,3 +252,17 @@ def test_a_yes_no_only_model_is_refused_as_question_writer(tmp_path):
     assert info.value.key == "questions.per_backbone"
     load_config([f"root={tmp_path}", "questions.source=model", "metrics=[vqascore]", "target=vqascore", "baselines=[]", "questions.sets=[]",
                  "questions.generator=micro"])  # no question needed: nothing to refuse
+
+
+def test_overrides_naming_nothing_in_the_run_are_reported(tmp_path, caplog):
+    """`benchmark_overrides.demo...` on a run of the large demo used to be dropped without a word."""
+    with caplog.at_level("WARNING", logger="pipeline.config"):
+        cfg = load_config([f"root={tmp_path}", "benchmark_overrides.demo.limit_groups=2", "backbone_overrides.micr.batch_size=8"])
+    said = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("benchmark_overrides.demo: no benchmark of this run is named demo (this run's: demo_large,") for m in said), said
+    assert any(m.startswith("backbone_overrides.micr: no backbone of this run is named micr (this run's: micro)") for m in said), said
+    assert "demo" not in cfg.benchmarks
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="pipeline.config"):
+        load_config([f"root={tmp_path}", "benchmark_overrides.demo_large.limit_groups=2"])
+    assert caplog.records == []
