@@ -8,9 +8,8 @@ sets of requests:
 - held-out draws: `operators.demo_world.WorldSampler(seed, "heldout")`, balanced per fact type,
   their prompts filled by `operators.answering.answer_prompt`, their images the PNG bytes the
   demo writes, decoded by `operators.images.decode_image`;
-- the demo benchmark's own requests: the items (the large demo's, fixed and drawn), shipped
-  questions and request plan of `sweep=smoke` (`pipeline.stages.answers.plan_answers`), every
-  unique request once.
+- the demo benchmark's own requests: the items, shipped questions and request plan of
+  `sweep=smoke` (`pipeline.stages.answers.plan_answers`), every unique request once.
 
 Reported per request kind and fact type: accuracy (answer = Yes when logp_yes > logp_no), the
 holistic AUC (normalised P(yes) ranking true captions over false ones), and the median answer
@@ -86,14 +85,11 @@ def answer_world_requests(engine, requests: Sequence[W.WorldRequest], templates:
     return [Answered(r.kind, t, r.answer, float(y), float(n)) for r, t, (y, n) in zip(requests, types, logp, strict=True)]
 
 
-LARGE_DEMO = ("demo_large", "demo_large_winoground", "demo_large_mcq")
-
-
 def benchmark_requests(root: str, backbone: str = "micro", overrides: Sequence[str] = (),
-                       benchmarks: Sequence[str] = LARGE_DEMO) -> tuple[pl.DataFrame, dict]:
+                       benchmarks: Sequence[str] = ("demo", "demo_winoground", "demo_mcq")) -> tuple[pl.DataFrame, dict]:
     """The demo benchmarks' unique requests under `sweep=smoke` with `backbone` (default: the
-    large demo, fixed and drawn items), each with its truth and fact type, and the loaded
-    config's templates."""
+    fixed items; the large demo's parts, demo_large*, add the drawn ones), each with its truth
+    and fact type, and the loaded config's templates."""
     from operators.hashing import image_hash
     from pipeline.config import load_config, required_question_sets
     from pipeline.scoring import needs_holistic

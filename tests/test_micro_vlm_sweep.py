@@ -45,7 +45,7 @@ def test_the_default_runs_answers_agree_with_the_demo_worlds_truth(default_run):
     _, result = default_run
     assert result.errors.height == 0
     records = record_truths(pl.read_parquet(Path(result.run_dir) / "records" / "micro.parquet"))
-    assert records.height == 2752 and records["logp_yes_v"].null_count() == 0  # 1,376 DEPICT and 1,376 DSG questions
+    assert records.height == 506 and records["logp_yes_v"].null_count() == 0
     assert accuracy(records, "v") >= 0.9, accuracy(records, "v")  # 0.99
     assert accuracy(records, "t") >= 0.8, accuracy(records, "t")  # 0.89
     summary = (Path(result.run_dir) / "summary.txt").read_text()
@@ -54,7 +54,7 @@ def test_the_default_runs_answers_agree_with_the_demo_worlds_truth(default_run):
 
 def test_the_default_runs_depict_ranks_captions_as_the_ratings_do(default_run):
     _, result = default_run
-    stats = result.statistics.filter(pl.col("benchmark") == "demo_large", pl.col("statistic") == "srcc", pl.col("subset") == "all")
+    stats = result.statistics.filter(pl.col("benchmark") == "demo", pl.col("statistic") == "srcc", pl.col("subset") == "all")
     srcc = {r["metric"]: r for r in stats.iter_rows(named=True)}
     assert srcc["depict"]["value"] >= 0.75, srcc["depict"]  # 0.906 [0.78, 0.96]; random weights: -0.18
     assert srcc["depict"]["ci_low"] > 0.5
@@ -66,7 +66,7 @@ def test_depict_handles_negated_captions_where_fixed_yes_baselines_cannot(defaul
     """The method's claim on NegBench-style items: a caption that says something is absent
     implies the answer No, which DEPICT reads from p_t and Soft-TIFA (expecting Yes) cannot."""
     _, result = default_run
-    mcq = result.statistics.filter(pl.col("benchmark") == "demo_large_mcq", pl.col("statistic") == "accuracy", pl.col("subset") == "all")
+    mcq = result.statistics.filter(pl.col("benchmark") == "demo_mcq", pl.col("statistic") == "accuracy", pl.col("subset") == "all")
     accuracy_of = {r["metric"]: r["value"] for r in mcq.iter_rows(named=True)}
     assert accuracy_of["depict"] >= 0.85, accuracy_of  # 1.0
     assert accuracy_of["depict"] - max(accuracy_of["soft_tifa_am"], accuracy_of["hard_fixed_yes"]) >= 0.5, accuracy_of  # 0.0, 0.15
@@ -85,8 +85,7 @@ def test_image_and_caption_answers_swapped_break_the_floors(default_run, tmp_pat
 
     monkeypatch.setattr(scores, "answered_questions", swapped)
     root, _ = default_run
-    # the correlation part's questions are enough to read the swap; no intervals needed
-    rerun = run_sweep(load_config([f"root={tmp_path}", f"store={root}/store", *FAST, "benchmarks=[demo_large]", "bootstrap.n_resamples=0"]))
+    rerun = run_sweep(load_config([f"root={tmp_path}", f"store={root}/store", *FAST]))
     assert {r.stage: r.sent for r in rerun.reports}["answers"] == 0  # the same stored answers, read the wrong way
     records = record_truths(pl.read_parquet(Path(rerun.run_dir) / "records" / "micro.parquet"))
     assert accuracy(records, "v") < 0.75 and accuracy(records, "t") < 0.75  # 0.64, 0.67
