@@ -19,8 +19,9 @@ image 0.967 (every fact type >= 0.91), caption-only 0.958, holistic AUC 0.990, a
 Those runs drew from the whole demo world (commit 6456ff0). Today's sampler never draws the large
 demo's reserved space (conf/benchmarks/demo_large.yaml), so the same two commands now train a model
 that has never seen a drawn benchmark item; one such run (2026-12-05, same machine) stopped short of
-the shipped one (held-out image 0.85, attribute 0.64): a longer or luckier run is needed before the
-weights are replaced and the default run moves to the large demo.
+the shipped one (held-out image 0.845, attribute 0.71, caption-only 0.962, holistic AUC 0.87): a
+longer or luckier run is needed before the weights are replaced and the default run moves to the
+large demo.
 `evaluate` answers held-out draws and the demo benchmark's own requests through the engine the
 backbone config names (hf or vllm) and prints accuracy per request kind and fact type, the
 holistic AUC and the median answer mass, against issue 27's floors (pipeline/micro_vlm.py). Its
