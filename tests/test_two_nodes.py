@@ -178,13 +178,9 @@ def test_a_sweep_that_loses_its_engine_node_resumes_on_a_new_one(cluster, ray_se
     keys = pl.concat([cluster.read(k) for k in cluster.keys(parts_prefix) if "/part-" in k])["key"]
     assert keys.len() == keys.n_unique() == needed  # every key stored exactly once
     order = ["item_id", "metric"]
-    resumed = cluster.read(f"{run}/scores/smoke.parquet").sort(order)
-    uninterrupted = pl.read_parquet(Path(reference.run_dir) / "scores" / "smoke.parquet").sort(order)
-    # the same rows and notes; scores equal up to float noise (the resumed run's requests meet other
-    # batch neighbours, and padding can move the last bits)
-    assert resumed.drop("score").equals(uninterrupted.drop("score"))
-    assert resumed["score"].is_null().equals(uninterrupted["score"].is_null())
-    assert (resumed["score"] - uninterrupted["score"]).abs().max() < 1e-6
+    assert cluster.read(f"{run}/scores/smoke.parquet").sort(order).equals(
+        pl.read_parquet(Path(reference.run_dir) / "scores" / "smoke.parquet").sort(order)
+    )
 
 
 def engine_actors(head: RayHead) -> list:
