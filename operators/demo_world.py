@@ -807,7 +807,8 @@ DRAWN_SIZES = {"correlation": 56, "winoground": 18, "mcq": 24}
 
 
 def _free_cell(rng: random.Random, scene_: Scene) -> tuple[int, int] | None:
-    free = [c for c in range(9) if (c // 3, c % 3) not in {(o.row, o.col) for o in scene_}]
+    taken = {(o.row, o.col) for o in scene_}
+    free = [c for c in range(9) if divmod(c, 3) not in taken]
     return None if not free else divmod(rng.choice(free), 3)
 
 

@@ -17,6 +17,7 @@ mass (P(Yes spellings) + P(No spellings)). `FLOORS` are issue 27's.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -128,6 +129,7 @@ def benchmark_requests(root: str, backbone: str = "micro", overrides: Sequence[s
     return requests.with_columns(truth=pl.Series(truths), fact_type=pl.Series(types)), dict(cfg.prompts.templates)
 
 
+@functools.cache  # renders every demo scene: once per process
 def _demo_world_index() -> tuple[dict, dict, dict]:
     """The demo benchmark's scenes by image hash, captions by text, and (fact, form) pairs by
     question text (fixed and drawn items): what a request or record of the demo is about."""

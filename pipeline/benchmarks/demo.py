@@ -16,8 +16,8 @@ Three parts, one loader (`load(root, part=...)`):
 - winoground: 6 examples, 2 images x 2 captions that swap words;
 - mcq: 8 NegBench-style rows, one image and 4 captions (affirmative / negation / hybrid).
 
-The large demo (`drawn=True`; conf/benchmarks/demo_large*.yaml, the default run's) adds items
-drawn from the world's reserved space, which a model trained on the world's draws never saw:
+The large demo (`drawn=True`; conf/benchmarks/demo_large*.yaml, opt-in) adds items drawn from
+the world's reserved space, which today's training recipe never draws from:
 56 captions x 3 images, 18 Winoground-style examples and 24 multiple-choice rows
 (`operators.demo_world.drawn_items`; ids g001-0, gw01-i0-c0, gm01-o0).
 
@@ -41,6 +41,7 @@ from operators.demo_world import (  # noqa: F401  (the world's names, as this mo
     COLOURS,
     COLS,
     CORRELATION,
+    FIXED_ITEMS,
     MCQ,
     NUMBER_WORDS,
     RELATIONS,
@@ -110,7 +111,7 @@ def _build(drawn: bool = False) -> tuple[dict[str, Any], dict[str, bytes]]:
         return base | extra | {"tags": tags, "facts": facts}
 
     parts = {"correlation": [], "winoground": [], "mcq": []}
-    sets = [("", (CORRELATION, WINOGROUND, MCQ))]
+    sets = [("", FIXED_ITEMS)]
     if drawn:
         sets.append(("g", drawn_items()))  # drawn items' ids start with g: g001-0, gw01-i0-c1, gm01-o2
     for prefix, (correlation, winoground, mcq) in sets:
