@@ -214,6 +214,7 @@ def _job(name: str):
         ("sweep", ["backbones=[smoke"], "'backbones'"),
         ("sweep", ["bootstrap.n_resamples=-5"], "'bootstrap.n_resamples'"),
         ("sweep", ["benchmark_overrides.demo.limit_groups=-1"], "limit_groups"),
+        ("sweep", ["benchmark_overrides.demo.options.drawn=nope"], "'benchmark demo.options': demo: drawn must be true or false"),
         ("sweep", ["benchmarks=[tifa160]", "data_root={tmp}/missing"], "{tmp}/missing/tifa160 does not exist"),
         ("sweep", ["backbones"], "'backbones'"),
         ("curate", ["curation=smoke", "inputs=[/x"], "'inputs'"),

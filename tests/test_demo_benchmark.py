@@ -336,6 +336,12 @@ def test_unknown_part_is_refused(root):
         demo.load(root, part="tifa")
 
 
+def test_a_drawn_option_that_is_not_a_bool_is_refused(root):
+    """`benchmark_overrides.demo.options.drawn=nope` used to load the large demo (a truthy string)."""
+    with pytest.raises(ValueError, match="drawn must be true or false, got 'nope'"):
+        demo.load(root, drawn="nope")
+
+
 EXPECTED_PROTOCOLS = {
     "demo": ("correlation", "correlation", ["srcc", "plcc", "pairwise_acc"], ["tags"], "srcc"),
     "demo_winoground": ("winoground", "winoground", ["text_acc", "image_acc", "group_acc"], [], "group_acc"),

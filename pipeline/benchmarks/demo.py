@@ -69,7 +69,7 @@ from operators.demo_world import (  # noqa: F401  (the world's names, as this mo
 from operators.hashing import image_hash
 from operators.schema import QUESTIONS
 from pipeline.benchmarks.common import LoadResult
-from pipeline.benchmarks.io import ProblemLog, items_table, rating, require_image, text_value
+from pipeline.benchmarks.io import BadOption, ProblemLog, items_table, rating, require_image, text_value
 from pipeline.store.folder import BadRecord, Folder
 
 MANIFEST = "manifest.json"
@@ -181,7 +181,9 @@ def load(root: str, part: str = "correlation", drawn: bool = False) -> LoadResul
     """Items and shipped questions of one demo part, writing the demo first if needed; `drawn`
     loads the large demo (the fixed items, then those drawn from the world's reserved space)."""
     if part not in BENCHMARK_NAMES:
-        raise ValueError(f"demo: unknown part {part!r}; valid: {sorted(BENCHMARK_NAMES)}")
+        raise BadOption(f"demo: unknown part {part!r}; valid: {sorted(BENCHMARK_NAMES)}")
+    if not isinstance(drawn, bool):  # options.drawn=nope would otherwise be truthy: the large demo, silently
+        raise BadOption(f"demo: drawn must be true or false, got {drawn!r}")
     write_demo(root, drawn)
     folder = Folder(root)
     manifest_path = folder.join(MANIFEST)

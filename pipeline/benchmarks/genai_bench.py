@@ -21,7 +21,7 @@ from collections import defaultdict
 from typing import Any
 
 from pipeline.benchmarks.common import LoadResult, Problem
-from pipeline.benchmarks.io import ProblemLog, items_table, iter_parquet, rating, require_image, text_value
+from pipeline.benchmarks.io import BadOption, ProblemLog, items_table, iter_parquet, rating, require_image, text_value
 from pipeline.store.folder import BadRecord, FileError, Folder, JsonObject, extract_image
 
 GENERATORS = ("DALLE_3", "SDXL_Turbo", "DeepFloyd_I_XL_v1", "Midjourney_6", "SDXL_2_1", "SDXL_Base")
@@ -47,7 +47,7 @@ def load(
     """
     release = str(release)
     if release not in RELEASES:
-        raise ValueError(f"genai_bench: release must be one of {RELEASES}, got {release!r}")
+        raise BadOption(f"genai_bench: release must be one of {RELEASES}, got {release!r}")
     benchmark = benchmark or ("genai_bench" if release == "1600" else f"genai_bench_{release}")
     folder = Folder(root)
     problems: list[Problem] = []
@@ -56,7 +56,7 @@ def load(
     elif format == "parquet":
         rows = _load_parquet(folder, benchmark, parquet, folder.sub(extract_dir), problems)
     else:
-        raise ValueError(f"genai_bench: format must be 'json' or 'parquet', got {format!r}")
+        raise BadOption(f"genai_bench: format must be 'json' or 'parquet', got {format!r}")
     return LoadResult(items=items_table(rows, benchmark), problems=problems)
 
 

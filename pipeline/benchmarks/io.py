@@ -27,6 +27,11 @@ from pipeline.store.settings import retrying
 SELF_WRITING_LOADERS = ("demo",)
 
 
+class BadOption(ValueError):
+    """A loader option (a benchmark config's `options`) has a value the loader cannot use; the
+    sweep reports it as a config error naming the benchmark's options."""
+
+
 def missing_release_folder(root: str, loader: str) -> str | None:
     """Why `root` cannot hold the release (None if it can): checked before any work, so a
     mistyped data_root fails in one line naming the folder instead of deep in a loader."""

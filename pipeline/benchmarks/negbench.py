@@ -19,7 +19,7 @@ from __future__ import annotations
 import posixpath
 
 from pipeline.benchmarks.common import LoadResult, Problem
-from pipeline.benchmarks.io import ProblemLog, items_table, parse_int, read_csv, require_image, text_value
+from pipeline.benchmarks.io import BadOption, ProblemLog, items_table, parse_int, read_csv, require_image, text_value
 from pipeline.store.folder import BadRecord, Folder
 
 N_OPTIONS = 4
@@ -44,7 +44,7 @@ def load(
 ) -> LoadResult:
     """Load one NegBench MCQ CSV from `root`; bad rows are reported and skipped."""
     if image_path_mode not in PATH_MODES:
-        raise ValueError(f"negbench: image_path_mode must be one of {PATH_MODES}, got {image_path_mode!r}")
+        raise BadOption(f"negbench: image_path_mode must be one of {PATH_MODES}, got {image_path_mode!r}")
     folder = Folder(root)
     image_folder = folder.sub(images)
     csv_folder, path = folder.locate(csv)

@@ -21,7 +21,7 @@ from collections import defaultdict
 from typing import Any
 
 from pipeline.benchmarks.common import LoadResult, Problem
-from pipeline.benchmarks.io import ProblemLog, items_table, parse_number, rating, read_csv, require_image, text_value
+from pipeline.benchmarks.io import BadOption, ProblemLog, items_table, parse_number, rating, read_csv, require_image, text_value
 from pipeline.store.folder import BadRecord, FileError, Folder, JsonObject
 
 RATING_RANGE = (1, 5)
@@ -47,7 +47,7 @@ def load(
 ) -> LoadResult:
     """Load TIFA160 from `root`; `human` picks TIFA's own ratings or DSG's five-rater Likert."""
     if human not in HUMAN_SIGNALS:
-        raise ValueError(f"tifa160: human must be one of {HUMAN_SIGNALS}, got {human!r}")
+        raise BadOption(f"tifa160: human must be one of {HUMAN_SIGNALS}, got {human!r}")
     folder = Folder(root)
     image_folder = folder.sub(images)
     problems: list[Problem] = []

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from pipeline.benchmarks.common import LoadResult, Problem
-from pipeline.benchmarks.io import ProblemLog, items_table, iter_jsonl, iter_parquet, require_image, text_value
+from pipeline.benchmarks.io import BadOption, ProblemLog, items_table, iter_jsonl, iter_parquet, require_image, text_value
 from pipeline.store.folder import BadRecord, Folder, extract_image
 
 IMAGE_EXTENSION = ".png"
@@ -59,7 +59,7 @@ def load(
             seen = {row["group_id"] for row in rows}
             rows += _rows(benchmark, records, lambda ex, i: _embedded_image(extract, ex, i), log, seen)
     else:
-        raise ValueError(f"winoground: format must be 'jsonl' or 'parquet', got {format!r}")
+        raise BadOption(f"winoground: format must be 'jsonl' or 'parquet', got {format!r}")
     return LoadResult(items=items_table(rows, benchmark), problems=problems)
 
 

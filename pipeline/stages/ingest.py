@@ -10,7 +10,8 @@ import pyarrow as pa
 
 from operators import schema
 from operators.ingest import hash_cache_keys, hash_images
-from pipeline.config import LOADERS, BenchmarkSpec
+from pipeline.benchmarks.io import BadOption
+from pipeline.config import LOADERS, BenchmarkSpec, ConfigError
 from pipeline.runtime import task_options
 from pipeline.stages import executor
 from pipeline.stages.engine_stage import StageReport
@@ -24,7 +25,10 @@ def load_benchmark(spec: BenchmarkSpec):
     if spec.loader not in LOADERS:
         raise ValueError(f"benchmark {spec.name}: unknown loader {spec.loader!r}; valid: {LOADERS}")
     module = importlib.import_module(f"pipeline.benchmarks.{spec.loader}")
-    return module.load(spec.root, **dict(spec.options))
+    try:
+        return module.load(spec.root, **dict(spec.options))
+    except BadOption as exc:  # one line naming the setting, not a traceback
+        raise ConfigError(f"benchmark {spec.name}.options", str(exc)) from exc
 
 
 def limit_groups(items: pl.DataFrame, n: int | None) -> pl.DataFrame:
