@@ -17,7 +17,7 @@ import polars as pl
 import pyarrow as pa
 
 from operators.metrics.frames import (
-    check_unique,
+    keyed_rows,
     long_scores,
     missing_note,
     read_table,
@@ -45,7 +45,7 @@ def claim_scores(answers: pl.DataFrame | pa.Table, item_ids: Iterable[str]) -> p
     what = "claim answers"
     items = requested_items(item_ids)
     rows = read_table(answers, _CLAIM_COLUMNS, what=what).join(items, on="item_id", how="semi")
-    check_unique(rows, ["item_id", "claim_id"], what=what)
+    rows = keyed_rows(rows, ["item_id", "claim_id"], what=what)
     per_item = (
         rows.with_columns(
             ok=usable_answer_expr("logp_yes", "logp_no"),
@@ -81,7 +81,7 @@ def grounding_only(results: pl.DataFrame | pa.Table, item_ids: Iterable[str]) ->
     what = "grounding results"
     items = requested_items(item_ids)
     rows = read_table(results, _GROUNDING_COLUMNS, what=what).join(items, on="item_id", how="semi")
-    check_unique(rows, ["item_id", "claim_id"], what=what)
+    rows = keyed_rows(rows, ["item_id", "claim_id"], what=what)
     groundable = pl.col("groundable")
     usable_s = pl.col("s").is_finite().fill_null(False) & pl.col("s").is_between(0.0, 1.0)
     per_item = (

@@ -17,8 +17,8 @@ import polars as pl
 import pyarrow as pa
 
 from operators.metrics.frames import (
-    check_unique,
     empty_scores,
+    keyed_rows,
     long_scores,
     missing_note,
     read_table,
@@ -83,7 +83,7 @@ def _question_rows(
     nameless = rows.filter(pl.col("question_id").is_null())
     if nameless.height:
         raise ValueError(f"{what}: item {nameless.item(0, 'item_id')!r} has a {question_set} row without a question_id")
-    check_unique(rows, _KEY, what=what)
+    rows = keyed_rows(rows, _KEY, what=what)
     return items, rows
 
 

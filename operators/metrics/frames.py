@@ -53,13 +53,18 @@ def requested_items(item_ids: Iterable[str] | pl.Series | pa.Array) -> pl.DataFr
     return series.unique(maintain_order=True).to_frame()
 
 
-def check_unique(frame: pl.DataFrame, keys: list[str], *, what: str) -> None:
-    """Raise ValueError naming the first repeated key when `keys` do not identify rows."""
+def keyed_rows(frame: pl.DataFrame, keys: list[str], *, what: str) -> pl.DataFrame:
+    """`frame` in `keys` order, after checking that `keys` identify its rows (ValueError naming
+    the first repeated key). The formulas sum floats per item, and a float sum depends on the
+    order of its terms: in key order, a score is a function of the answers alone, not of the
+    order they were stored in (a resumed run stores them in another order than an
+    uninterrupted one, and must print the same scores to the last bit)."""
     repeated = frame.filter(pl.struct(keys).is_duplicated())
     if repeated.height:
         first = repeated.row(0, named=True)
         where = ", ".join(f"{key} {first[key]!r}" for key in keys)
         raise ValueError(f"{what}: duplicate rows for {where} ({repeated.height} rows share a key)")
+    return frame.sort(keys, nulls_last=True)
 
 
 def long_scores(

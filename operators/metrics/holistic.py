@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from operators.metrics.frames import (
     METRIC_COLUMNS,
-    check_unique,
+    keyed_rows,
     long_scores,
     read_table,
     requested_items,
@@ -40,7 +40,7 @@ def holistic_scores(answers: pl.DataFrame | pa.Table, item_ids: Iterable[str]) -
     what = "holistic answers"
     items = requested_items(item_ids)
     rows = read_table(answers, _COLUMNS, what=what).join(items, on="item_id", how="semi")
-    check_unique(rows, ["item_id"], what=what)
+    rows = keyed_rows(rows, ["item_id"], what=what)
     ok = usable_answer_expr("logp_yes", "logp_no")
     metrics = {
         metric: (
@@ -74,7 +74,7 @@ def check_lambda(lam: float) -> float:
 
 def _one_metric(scores: pl.DataFrame | pa.Table, metric: str, prefix: str, what: str) -> pl.DataFrame:
     rows = read_table(scores, METRIC_COLUMNS, what=what).filter(pl.col("metric") == metric)
-    check_unique(rows, ["item_id", "metric"], what=what)
+    rows = keyed_rows(rows, ["item_id", "metric"], what=what)
     return rows.select("item_id", pl.col("score").alias(f"{prefix}_score"), pl.col("note").alias(f"{prefix}_note"))
 
 
