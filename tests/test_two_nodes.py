@@ -10,7 +10,8 @@ nodes reach over 127.0.0.1.
 - a local `root` is refused before any work (one line, exit 2, nothing written);
 - a sweep loses its worker node mid-answers (every process of the node SIGKILLed) together with
   its driver; a new worker node joins; the rerun sends only the rows the lost node had not
-  stored, every key is stored once, and the scores equal an uninterrupted run's;
+  stored, every key is stored once, and the answers and scores equal an uninterrupted run's
+  (to fp32 rounding: the resume batches other rows together);
 - a nightly curation runs across both nodes.
 Drivers are subprocesses that join the cluster with `compute.address`, as users run them.
 """
@@ -176,13 +177,21 @@ def test_a_sweep_that_loses_its_engine_node_resumes_on_a_new_one(cluster, ray_se
     assert report["cached"] == stored.n_unique()  # what the lost node had stored is kept...
     assert report["sent"] == needed - stored.n_unique()  # ...and only the rest is asked again
     print(f"two nodes: the lost node had stored {stored.n_unique()} of {needed} answers ({written} parts); the resume sent {report['sent']}")
-    keys = pl.concat([cluster.read(k) for k in cluster.keys(parts_prefix) if "/part-" in k])["key"]
-    assert keys.len() == keys.n_unique() == needed  # every key stored exactly once
+    answers_now = pl.concat([cluster.read(k) for k in cluster.keys(parts_prefix) if "/part-" in k])
+    assert answers_now["key"].len() == answers_now["key"].n_unique() == needed  # every key stored exactly once
+    # Answers computed again agree with the uninterrupted run's to fp32 rounding, not to the bit:
+    # a batched fp32 forward rounds by batch composition, and the resume batches other rows
+    # together (measured in a full-suite run: 2 of 176 answers differed, |logp| by <= 2.8e-7,
+    # scores by <= 1.5e-10). Scores follow the answers within that, notes exactly.
+    reference_answers = pl.concat([pl.read_parquet(p) for p in (tmp_path / "reference").rglob("part-*.parquet") if "answers" in p.parts])
+    both = answers_now.join(reference_answers, on="key", suffix="_ref")
+    assert both.height == needed
+    drift = both.select((pl.col(c) - pl.col(f"{c}_ref")).abs().max() for c in ("logp_yes", "logp_no")).row(0)
+    assert max(drift) <= 1e-5, drift
     order = ["item_id", "metric"]
     resumed = cluster.read(f"{run}/scores/smoke.parquet").sort(order)
     uninterrupted = pl.read_parquet(Path(reference.run_dir) / "scores" / "smoke.parquet").sort(order)
-    # to the last bit (the formulas sum in key order: tests/test_metrics_properties.py)
-    assert_frame_equal(resumed, uninterrupted, check_exact=True)
+    assert_frame_equal(resumed, uninterrupted, check_exact=False, rtol=0, atol=1e-6)
 
 
 def engine_actors(head: RayHead) -> list:
