@@ -180,9 +180,10 @@ def test_a_sweep_that_loses_its_engine_node_resumes_on_a_new_one(cluster, ray_se
     answers_now = pl.concat([cluster.read(k) for k in cluster.keys(parts_prefix) if "/part-" in k])
     assert answers_now["key"].len() == answers_now["key"].n_unique() == needed  # every key stored exactly once
     # Answers computed again agree with the uninterrupted run's to fp32 rounding, not to the bit:
-    # a batched fp32 forward rounds by batch composition, and the resume batches other rows
-    # together (measured in a full-suite run: 2 of 176 answers differed, |logp| by <= 2.8e-7,
-    # scores by <= 1.5e-10). Scores follow the answers within that, notes exactly.
+    # the resume batches other rows together, and an fp32 forward rounds by its batch's shape and
+    # by which questions of an image share its prefix (operators/engines/hf_prefix.py). Measured
+    # in a full-suite run: 2 of 176 answers differed, logp by <= 2.8e-7, 4 scores by <= 1.5e-10.
+    # Scores follow the answers within that, notes exactly.
     reference_answers = pl.concat([pl.read_parquet(p) for p in (tmp_path / "reference").rglob("part-*.parquet") if "answers" in p.parts])
     both = answers_now.join(reference_answers, on="key", suffix="_ref")
     assert both.height == needed
