@@ -21,7 +21,11 @@ demo's reserved space (conf/benchmarks/demo_large.yaml), so the same two command
 that has never seen a drawn benchmark item; one such run (2026-12-05, same machine) stopped short of
 the shipped one (held-out image 0.845, attribute 0.71, caption-only 0.962, holistic AUC 0.87): a
 longer or luckier run is needed before the weights are replaced and the default run moves to the
-large demo.
+large demo. A second try (2026-12-05, seed=1, position_weight=1 and attribute:2 from the first run
+on) reached held-out image 0.865, spatial 0.9, attribute 0.68, caption-only 0.955. Both fail the
+same way: asked the colour of a shape that is there in another colour ("Is the square green?"
+beside a red square) they answer Yes (0-29% right, against 27-100% for the shipped model): colour
+is not yet bound to shape. A recipe that draws those near misses more often is the next thing to try.
 `evaluate` answers held-out draws and the demo benchmark's own requests through the engine the
 backbone config names (hf or vllm) and prints accuracy per request kind and fact type, the
 holistic AUC and the median answer mass, against issue 27's floors (pipeline/micro_vlm.py). Its
