@@ -60,8 +60,25 @@ def weights_of_types(text: str) -> dict[str, float]:
 
 
 weights_of_types.__name__ = "list of fact_type:weight"
+
+
+def requests_per_step(text: str) -> dict[str, int]:
+    """`image:64,caption:32,holistic:32` -> requests of each kind in one training step."""
+    from operators.demo_world import REQUEST_KINDS
+
+    out = {}
+    for part in text.split(","):
+        name, _, value = part.partition(":")
+        if name not in REQUEST_KINDS:
+            raise ValueError(f"unknown request kind {name!r}; valid: {', '.join(REQUEST_KINDS)}")
+        out[name] = int(value)
+    return out
+
+
+requests_per_step.__name__ = "list of kind:count"
 ALLOWED = {"train": {"out": str, "seconds": float, "seed": int, "threads": int, "lr": float, "init": str,
-                     "warmup_seconds": float, "position_weight": float, "type_weights": weights_of_types},
+                     "warmup_seconds": float, "position_weight": float, "type_weights": weights_of_types,
+                     "per_step": requests_per_step},
            "evaluate": {"backbone": str, "n_per_type": int, "seed": int, "out": str}}
 
 

@@ -372,7 +372,12 @@ def train(
 
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
-    processor = build_processor(templates, seed)
+    if init is not None:  # its own tokenizer: one trained again (another seed or corpus) numbers words differently
+        from transformers import AutoProcessor
+
+        processor = AutoProcessor.from_pretrained(init)
+    else:
+        processor = build_processor(templates, seed)
     pixels = PixelTable(processor.image_processor)
     encoder = Encoder(processor, templates, pixels)
     sampler = W.WorldSampler(seed, "train")
