@@ -1,6 +1,7 @@
 """The hf engine's image-prefix reuse (operators/engines/hf_prefix.py) answers as the plain path
 does, for every family it is on for, with several images and questions per batch, chunks of
-suffixes that reuse one prefix, caption-only prompts, a lone image and a system turn mixed in."""
+suffixes that reuse one prefix, caption-only prompts about two captions, a lone image and a
+system turn mixed in."""
 from __future__ import annotations
 
 import numpy as np
@@ -25,7 +26,9 @@ def prompts() -> list[Prompt]:
     rng = np.random.default_rng(0)
     images = [Image.fromarray(rng.integers(0, 255, (48 + 16 * i, 64, 3), dtype=np.uint8)) for i in range(3)]
     out = [Prompt(user=q, image=image, image_id=f"img{i}") for i, image in enumerate(images) for q in QUESTIONS]
-    out += [Prompt(user=f"Description: a red circle. {q}") for q in QUESTIONS[:3]]  # caption-only
+    for caption in ("a red circle above a small blue square", "two green triangles and no circle"):  # caption-only
+        out += [Prompt(user=f'Here is a description of a picture you cannot see: "{caption}". Judging only from it: {q}') for q in QUESTIONS[:3]]
+    out.append(Prompt(user="Is it red?"))  # a short caption-only prompt that shares only the chat header
     out += [Prompt(user=QUESTIONS[0], image=images[0], image_id="img0", system="Answer yes or no.") for _ in range(2)]  # another system turn
     out.append(Prompt(user=QUESTIONS[1], image=images[2], image_id="lone", system="Be brief."))  # an image asked once
     return out
@@ -42,7 +45,8 @@ def test_reuse_gives_the_answers_of_the_plain_path(model_id, monkeypatch):
     monkeypatch.setattr(hf_prefix.PrefixScorer, "last_logits", lambda self, inputs: shared.append(len(inputs["input_ids"])) or original(self, inputs))
     batch = prompts()
     expected, got = plain.score_yes_no(batch), reused.score_yes_no(batch)
-    assert sorted(shared) == [2, 5, 5, 5]  # three images' questions and the system-turn pair shared a prefix
+    # three images' questions, the system-turn pair and each caption's questions shared a prefix
+    assert sorted(shared) == [2, 3, 3, 5, 5, 5]
     assert np.abs(got - expected).max() < 1e-5
     assert np.abs(np.exp(got) - np.exp(expected)).max() < 1e-6
     assert reused.prompt_tokens == plain.prompt_tokens  # throughput reports count the same tokens
@@ -53,6 +57,20 @@ def test_groups_are_one_image_and_system_turn_asked_more_than_once():
     batch = [Prompt(user="a", image=image, image_id="x"), Prompt(user="b"), Prompt(user="c", image=image, image_id="x"),
              Prompt(user="d", image=image, image_id="x", system="s"), Prompt(user="e", image=image, image_id="y")]
     assert hf_prefix.shared_image_groups(batch) == ([[0, 2]], [1, 3, 4])
+
+
+def test_caption_only_prompts_share_what_saves_most():
+    header, a, b = [1, 2, 3, 4], [5, 6, 7, 8, 9], [15, 16, 17, 18, 19]
+    rows = [header + a + [20], header + b + [21], header + a + [22], header + [30], header + b + [23], header + a + [24, 25]]
+    # the six share the 4-token header (5 x 4 = 20 skipped); cutting by caption skips 2 x 9 + 1 x 9 = 27
+    assert hf_prefix.shared_text_groups(rows, min_shared=4) == [[0, 2, 5], [1, 4]]
+    assert hf_prefix.shared_text_groups(rows, min_shared=10) == []  # nothing shares 10 tokens
+    assert hf_prefix.shared_text_groups([header + [30], header + [31], header + [32]], min_shared=4) == [[0, 1, 2]]
+    assert hf_prefix.shared_text_groups([], min_shared=4) == []
+    # captions that themselves start alike: all five share 7 tokens (4 x 7 = 28 skipped), more than 2 x 9 + 9
+    b = [5, 6, 7, 10, 11]
+    rows = [header + a + [20], header + b + [21], header + a + [22], header + b + [23], header + a + [24, 25]]
+    assert hf_prefix.shared_text_groups(rows, min_shared=4) == [[0, 1, 2, 3, 4]]
 
 
 def test_the_common_prefix_leaves_every_row_its_last_token():

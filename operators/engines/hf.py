@@ -18,7 +18,7 @@ import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from operators.engines.base import Prompt
-from operators.engines.hf_prefix import PrefixScorer, shared_image_groups, supports_reuse
+from operators.engines.hf_prefix import MIN_SHARED_TOKENS, PrefixScorer, shared_image_groups, shared_text_groups, supports_reuse
 from operators.engines.spec import BackboneSpec
 from operators.engines.yesno import multi_token_spellings, render_prompt, yes_no_logprobs, yes_no_token_ids
 from operators.images import fit_pixels
@@ -48,8 +48,9 @@ class HFEngine:
         self.prompt_tokens = 0  # prompt tokens scored so far (image tokens included): for throughput reports
         text_config = self.model.config.get_text_config()
         self.max_prompt_tokens = spec.max_prompt_tokens or getattr(text_config, "max_position_embeddings", None)
-        # Questions about one image run its prefix once (operators/engines/hf_prefix.py), where the
-        # family is known to give the same answers; engine_options: {prefix_reuse: false} turns it off.
+        # Questions about one image, or about one caption without the image, run their shared prefix
+        # once (operators/engines/hf_prefix.py), where the family is known to give the same answers;
+        # engine_options: {prefix_reuse: false} turns it off.
         self.prefix_reuse = bool(spec.engine_options.get("prefix_reuse", True)) and supports_reuse(self.model)
         self.prefix_scorer = PrefixScorer(self.model, self.tokenizer.pad_token_id, spec.batch_size) if self.prefix_reuse else None
         if spec.engine_options.get("prefix_reuse", True) and not self.prefix_reuse:
@@ -82,7 +83,9 @@ class HFEngine:
         plain = list(range(len(prompts)))
         if self.prefix_reuse:
             groups, plain = shared_image_groups(prompts)
-            for group in groups:
+            text_groups = self._shared_caption_groups(prompts, [i for i in plain if prompts[i].image is None])
+            plain = sorted(set(plain) - {i for g in text_groups for i in g})
+            for group in groups + text_groups:
                 if not self._score_shared(prompts, group, out):
                     plain += group
         for batch in self._batches([prompts[i] for i in plain]):
@@ -94,8 +97,14 @@ class HFEngine:
             self._read(logits, indices, out)
         return out
 
+    def _shared_caption_groups(self, prompts: Sequence[Prompt], text_only: list[int]) -> list[list[int]]:
+        """Caption-only prompts that share a long start (one caption's questions), as indices."""
+        texts = [render_prompt(self.processor, prompts[i], self.spec.chat_template_kwargs, self.spec.assistant_prefix) for i in text_only]
+        rows = self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+        return [[text_only[k] for k in group] for group in shared_text_groups(rows, MIN_SHARED_TOKENS)]
+
     def _score_shared(self, prompts: Sequence[Prompt], group: list[int], out: np.ndarray) -> bool:
-        """One image's questions through its shared prefix; False when they cannot share it."""
+        """One image's (or caption's) questions through their shared prefix; False when they cannot share it."""
         inputs = self._encode([prompts[i] for i in group])
         logits = self.prefix_scorer.last_logits(inputs)
         if logits is None:

@@ -1,9 +1,10 @@
-"""Image-prefix reuse for the transformers engine: questions about one image share everything
-up to the question (the chat header, the image's tokens), so that prefix is run through the
-model once and only each question's suffix runs against the cached state, batched.
+"""Prefix reuse for the transformers engine: questions about one image share everything up to
+the question (the chat header, the image's tokens), and caption-only questions about one caption
+share the header, the instruction and the quoted caption; that prefix is run through the model
+once and only each question's suffix runs against the cached state, batched.
 
-vLLM does this with its prefix cache; the hf engine did the image's work again for every
-question (the demo asks 5-10 per image). The cached state is whatever the model's cache holds:
+vLLM does this with its prefix cache; the hf engine did the image's (or caption's) work again for
+every question (the demo asks 5-10 per image). The cached state is whatever the model's cache holds:
 attention keys and values, and for Qwen3.5's linear-attention layers their convolution and
 recurrent states, which continue exactly from the prefix (transformers' chunked gated-delta
 rule takes an initial state). Suffixes are right-padded: a causal model's last real token
@@ -26,6 +27,9 @@ from operators.engines.base import Prompt
 REUSE_FAMILIES = frozenset({"qwen3_5", "qwen3_vl", "qwen2_vl", "qwen2_5_vl"})
 # Per-token inputs a processor returns beside input_ids: cut to the prefix with it.
 TOKEN_ALIGNED = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
+# Caption-only prompts share a prefix only when it skips at least this many tokens per prompt:
+# below it, the extra forward pass for the prefix costs about what it saves.
+MIN_SHARED_TOKENS = 16
 
 
 def supports_reuse(model) -> bool:
@@ -44,6 +48,31 @@ def shared_image_groups(prompts: Sequence[Prompt]) -> tuple[list[list[int]], lis
     shared = [g for g in groups.values() if len(g) > 1]
     rest += [g[0] for g in groups.values() if len(g) == 1]
     return shared, sorted(rest)
+
+
+def shared_text_groups(rows: Sequence[Sequence[int]], min_shared: int) -> list[list[int]]:
+    """Text-only prompts (their token ids) grouped so that sharing prefixes saves the most tokens.
+
+    Sorted rows sit next to the rows they share most with; a run of them shares the smallest
+    adjacent common prefix. A run is kept whole or cut where its adjacent prefix is smallest
+    (every caption shares the chat header, one caption's questions share much more), whichever
+    skips more tokens; groups of one, or sharing fewer than `min_shared` tokens, are left out.
+    """
+    order = sorted(range(len(rows)), key=lambda i: tuple(rows[i]))
+    lcp = [common_prefix_length([torch.as_tensor(rows[a]), torch.as_tensor(rows[b])]) for a, b in zip(order, order[1:])]
+
+    def best(lo: int, hi: int) -> tuple[int, list[list[int]]]:  # rows order[lo..hi]; lcp[lo..hi-1]
+        if lo == hi:
+            return 0, []
+        shared = min(lcp[lo:hi])
+        whole = (hi - lo) * shared if shared >= min_shared else 0
+        cuts = [lo - 1] + [k for k in range(lo, hi) if lcp[k] == shared] + [hi]
+        parts = [best(a + 1, b) for a, b in zip(cuts, cuts[1:])]
+        if sum(saved for saved, _ in parts) > whole:
+            return sum(saved for saved, _ in parts), [g for _, groups in parts for g in groups]
+        return whole, ([sorted(order[lo:hi + 1])] if whole else [])
+
+    return best(0, len(rows) - 1)[1] if rows else []
 
 
 def common_prefix_length(rows: Sequence[torch.Tensor]) -> int:
@@ -79,7 +108,7 @@ def expand_cache(cache, n: int):
 
 
 class PrefixScorer:
-    """Runs one image's shared prefix once, then its questions' suffixes in batches; returns the
+    """Runs a group's shared prefix once, then its questions' suffixes in batches; returns the
     next-token logits at each prompt's last token, or None when this group cannot share (its
     image is not entirely inside the common prefix)."""
 
@@ -94,19 +123,20 @@ class PrefixScorer:
         mask = inputs["attention_mask"].bool()
         rows = [inputs["input_ids"][r][mask[r]] for r in range(len(mask))]
         length = common_prefix_length(rows)
-        image_at = (rows[0] == self.image_token_id).nonzero()
-        if len(image_at) == 0 or int(image_at.max()) >= length:
-            return None
-        if "image_grid_thw" not in inputs:  # Qwen-VL layouts only: patches of every image in one tensor
-            return None
         pad = mask.shape[1] - len(rows[0])  # the first row's left padding
         prefix = {k: inputs[k][:1, pad:pad + length] for k in TOKEN_ALIGNED if k in inputs}
         prefix["attention_mask"] = torch.ones_like(prefix["input_ids"])
-        prefix["image_grid_thw"] = inputs["image_grid_thw"][:1]
-        prefix["pixel_values"] = inputs["pixel_values"][: int(inputs["image_grid_thw"][0].prod())]  # the first prompt's patches
+        image_at = (rows[0] == self.image_token_id).nonzero()
+        if len(image_at):  # an image prompt: the image must lie inside the prefix
+            if int(image_at.max()) >= length or "image_grid_thw" not in inputs:  # Qwen-VL layouts: all patches in one tensor
+                return None
+            prefix["image_grid_thw"] = inputs["image_grid_thw"][:1]
+            prefix["pixel_values"] = inputs["pixel_values"][: int(inputs["image_grid_thw"][0].prod())]  # the first prompt's patches
         with torch.inference_mode():
             out = self.model(**prefix, use_cache=True, logits_to_keep=1)
         cache, deltas = out.past_key_values, getattr(self.model.model, "rope_deltas", None)
+        if deltas is not None and not len(image_at):  # text only: no offset (the model keeps the last image's)
+            deltas = torch.zeros_like(deltas[:1])
         logits: list[torch.Tensor] = []
         for start in range(0, len(rows), self.batch_size):
             logits += self._suffixes([r[length:] for r in rows[start:start + self.batch_size]], cache, deltas, length)
