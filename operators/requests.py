@@ -89,8 +89,8 @@ def plan_holistic(items: pl.DataFrame, spec: KeySpec) -> pl.DataFrame:
 
 
 def unique_requests(spec: KeySpec, question_plan: pl.DataFrame | None, holistic_plan: pl.DataFrame | None) -> pa.Table:
-    """The distinct requests behind the plans, ordered so an image's requests are adjacent
-    (the engine's prefix cache then reuses the image's KV across its questions)."""
+    """The distinct requests behind the plans, ordered so an image's requests are adjacent, and
+    a caption's caption-only requests (the engines' prefix caches then reuse the shared start)."""
     frames = []
     if question_plan is not None and question_plan.height:
         kinds = pl.col("question_set").replace_strict(IMAGE_KIND, default=None)
@@ -120,7 +120,8 @@ def unique_requests(spec: KeySpec, question_plan: pl.DataFrame | None, holistic_
         pl.concat(frames)
         .unique(subset="key", keep="first", maintain_order=True)
         .with_columns(backbone=pl.lit(spec.backbone), prompt_id=pl.col("kind").replace_strict(spec.prompt_ids, default=None))
-        # image requests grouped by image (caption-only requests, with a null hash, last)
-        .sort(["image_hash", "kind", "text"], nulls_last=True)
+        # image requests grouped by image, caption-only requests (a null hash, last) by caption:
+        # the hf engine shares the prefix of requests that meet in one call
+        .sort(["image_hash", "kind", "caption", "text"], nulls_last=True)
     )
     return schema.conform(requests.to_arrow(), schema.REQUESTS, what="requests")

@@ -78,6 +78,14 @@ def test_requests_of_one_image_are_adjacent_and_holistic_is_per_image_caption():
     assert all(r["prompt_id"] == SPEC.prompt_ids[r["kind"]] for r in rows)
 
 
+def test_caption_only_requests_of_one_caption_are_adjacent():
+    # the hf engine shares the prefix (header, instruction, quoted caption) of requests in one call
+    qs = questions().vstack(questions().head(1).with_columns(caption=pl.lit("a dog"), question=pl.lit("Is there a bird?"), question_id=pl.lit("2")))
+    rows = unique_requests(SPEC, plan_questions(items(), qs, SPEC, ["depict"]), None).to_pylist()
+    captions = [r["caption"] for r in rows if r["kind"] == "caption"]
+    assert captions == ["a cat", "a cat", "a dog", "a dog"]  # by question alone: dog (bird), cat, cat, dog
+
+
 def test_claims_are_answered_on_the_image_only():
     qs = questions().with_columns(pl.lit("claims").alias("question_set"), pl.lit("object").alias("claim_type"))
     plan = plan_questions(items(), qs.unique(subset=["caption", "question_id"]), SPEC, ["claims"])
