@@ -47,7 +47,7 @@ def test_the_default_runs_answers_agree_with_the_demo_worlds_truth(default_run):
     records = record_truths(pl.read_parquet(Path(result.run_dir) / "records" / "micro.parquet"))
     assert records.height == 506 and records["logp_yes_v"].null_count() == 0
     assert accuracy(records, "v") >= 0.9, accuracy(records, "v")  # 0.99
-    assert accuracy(records, "t") >= 0.8, accuracy(records, "t")  # 0.89
+    assert accuracy(records, "t") >= 0.8, accuracy(records, "t")  # 0.93
     summary = (Path(result.run_dir) / "summary.txt").read_text()
     assert "LOW" not in summary and "WARNING" not in summary  # the model answers yes or no
 
@@ -56,7 +56,7 @@ def test_the_default_runs_depict_ranks_captions_as_the_ratings_do(default_run):
     _, result = default_run
     stats = result.statistics.filter(pl.col("benchmark") == "demo", pl.col("statistic") == "srcc", pl.col("subset") == "all")
     srcc = {r["metric"]: r for r in stats.iter_rows(named=True)}
-    assert srcc["depict"]["value"] >= 0.75, srcc["depict"]  # 0.906 [0.78, 0.96]; random weights: -0.18
+    assert srcc["depict"]["value"] >= 0.75, srcc["depict"]  # 0.910 [0.79, 0.97]; random weights: -0.18
     assert srcc["depict"]["ci_low"] > 0.5
     summary = (Path(result.run_dir) / "summary.txt").read_text()
     assert f"| micro    | depict                    | {srcc['depict']['value']:.3f} [{srcc['depict']['ci_low']:.3f}," in summary
@@ -69,7 +69,7 @@ def test_depict_handles_negated_captions_where_fixed_yes_baselines_cannot(defaul
     mcq = result.statistics.filter(pl.col("benchmark") == "demo_mcq", pl.col("statistic") == "accuracy", pl.col("subset") == "all")
     accuracy_of = {r["metric"]: r["value"] for r in mcq.iter_rows(named=True)}
     assert accuracy_of["depict"] >= 0.85, accuracy_of  # 1.0
-    assert accuracy_of["depict"] - max(accuracy_of["soft_tifa_am"], accuracy_of["hard_fixed_yes"]) >= 0.5, accuracy_of  # 0.0, 0.15
+    assert accuracy_of["depict"] - max(accuracy_of["soft_tifa_am"], accuracy_of["hard_fixed_yes"]) >= 0.5, accuracy_of  # 0.25, 0.15
 
 
 def test_image_and_caption_answers_swapped_break_the_floors(default_run, tmp_path, monkeypatch):
@@ -89,4 +89,4 @@ def test_image_and_caption_answers_swapped_break_the_floors(default_run, tmp_pat
     rerun = run_sweep(load_config([f"root={tmp_path}", f"store={root}/store", *FAST, "benchmarks=[demo]", "bootstrap.n_resamples=10"]))
     assert {r.stage: r.sent for r in rerun.reports}["answers"] == 0  # the same stored answers, read the wrong way
     records = record_truths(pl.read_parquet(Path(rerun.run_dir) / "records" / "micro.parquet"))
-    assert accuracy(records, "v") < 0.75 and accuracy(records, "t") < 0.75  # 0.64, 0.67
+    assert accuracy(records, "v") < 0.75 and accuracy(records, "t") < 0.75  # 0.61, 0.70

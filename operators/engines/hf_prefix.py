@@ -134,7 +134,8 @@ class PrefixScorer:
             prefix["pixel_values"] = inputs["pixel_values"][: int(inputs["image_grid_thw"][0].prod())]  # the first prompt's patches
         with torch.inference_mode():
             out = self.model(**prefix, use_cache=True, logits_to_keep=1)
-        cache, deltas = out.past_key_values, getattr(self.model.model, "rope_deltas", None)
+        cache = getattr(out, self.cache_arg)  # out.past_key_values warns on transformers >= 5.24
+        deltas = getattr(self.model.model, "rope_deltas", None)
         if deltas is not None and not len(image_at):  # text only: no offset (the model keeps the last image's)
             deltas = torch.zeros_like(deltas[:1])
         logits: list[torch.Tensor] = []
