@@ -93,7 +93,7 @@ def requests_per_step(text: str) -> dict[str, int]:
 requests_per_step.__name__ = "list of kind:count"
 ALLOWED = {"train": {"out": str, "seconds": float, "seed": int, "threads": int, "lr": float, "init": str,
                      "warmup_seconds": float, "position_weight": float, "type_weights": weights_of_types,
-                     "per_step": requests_per_step},
+                     "per_step": requests_per_step, "hybrid_share": float},
            "evaluate": {"backbone": str, "n_per_type": int, "seed": int, "out": str}}
 
 

@@ -760,9 +760,25 @@ class WorldSampler:
 
     # ------------------------------------------------------------------ requests
 
-    def request(self, kind: str, fact_type: str | None = None, answer: bool | None = None) -> WorldRequest:
-        """One request of `kind`; the fact type and the answer are drawn evenly unless given."""
+    def request(self, kind: str, fact_type: str | None = None, answer: bool | None = None,
+                template: str | None = None) -> WorldRequest:
+        """One request of `kind`; the fact type and the answer are drawn evenly unless given.
+
+        `template` (caption requests only) asks for a caption of one NegBench template
+        ("hybrid": things stated beside things denied, where a model reading "no" anywhere in the
+        caption as the answer goes wrong)."""
+        if template is not None and (kind != "caption" or template not in ("affirmative", "negation", "hybrid")):
+            raise ValueError(f"template {template!r} is for caption requests, one of affirmative, negation, hybrid")
         rng = self.rng
+        if kind == "caption":  # a caption implies Yes about what it states and No about what it denies
+            possible = {"affirmative": {True}, "negation": {False}}.get(template, {True, False})
+            if fact_type is not None:
+                possible &= {fact_type != "negation"}
+            if answer is None and possible:
+                answer = rng.random() < 0.5 if len(possible) == 2 else possible.pop()
+            elif answer not in possible:
+                which = f"{template} caption" if template else "caption"
+                raise ValueError(f"no {which} implies {'Yes' if answer else 'No'} to a {fact_type or 'any'} question")
         if answer is None:
             answer = rng.random() < 0.5
         if kind == "image":
@@ -779,6 +795,8 @@ class WorldSampler:
             while True:
                 scene_ = self.scene()
                 cap = self.caption(scene_)
+                if template is not None and cap.template != template:
+                    continue
                 facts = [f for f in cap.facts if caption_truth(f) == answer and (fact_type is None or FACT_TYPES[f.kind] == fact_type)]
                 if facts:
                     fact = rng.choice(facts)

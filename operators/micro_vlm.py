@@ -352,6 +352,7 @@ def train(
     position_weight: float = 0.0,
     type_weights: Mapping[str, float] | None = None,
     per_step: Mapping[str, int] | None = None,
+    hybrid_share: float = 0.0,
     warmup_seconds: float | None = None,
     log: Callable[[str], None] = print,
     init: str | Path | None = None,
@@ -365,7 +366,8 @@ def train(
     (the question alone: `SHORT_TEMPLATES`); then all three kinds in the real templates.
     `position_weight` adds a training-only head asking each merged visual token for its cell's
     row and column (what spatial questions compare); `type_weights` draws the fact types image
-    questions ask about unevenly (default: evenly).
+    questions ask about unevenly (default: evenly); `hybrid_share` of caption-only requests come
+    from hybrid captions (a thing stated beside a thing denied: "a star and no circle").
     """
     import torch
     import torch.nn.functional as F
@@ -411,6 +413,8 @@ def train(
     def draw(kind: str) -> W.WorldRequest:
         if kind == "image" and type_weights:
             return sampler.request(kind, sampler.rng.choices(types, weights)[0])
+        if kind == "caption" and hybrid_share and sampler.rng.random() < hybrid_share:
+            return sampler.request(kind, template="hybrid")
         return sampler.request(kind)
 
     parameters = sum(p.numel() for p in model.parameters())

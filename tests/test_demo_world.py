@@ -49,6 +49,32 @@ def test_truths_follow_the_world_and_answers_are_balanced():
         assert counts["image", fact_type, True] > 30 and counts["image", fact_type, False] > 30
 
 
+def test_caption_requests_of_one_template():
+    """Hybrid captions (a thing stated beside a thing denied) on request: both kinds of question,
+    truths as for any caption; the template is a caption request's option only."""
+    sampler = W.WorldSampler(2)
+    draws = [sampler.request("caption", template="hybrid") for _ in range(200)]
+    assert {W.Caption(tuple(_clauses(r.caption))).template for r in draws} == {"hybrid"}
+    assert not any(r.caption.startswith("a picture with") for r in draws)  # the negation template's words
+    asked = collections.Counter(r.fact_type for r in draws)
+    assert asked["negation"] > 50 and asked["existence"] > 30  # denied things and stated ones
+    assert all(r.answer == (r.fact_type != "negation") for r in draws)
+    assert not any(p.startswith("no ") for p in sampler.request("caption", template="affirmative").caption.split(" and "))
+    for kind, template in (("image", "hybrid"), ("caption", "mixed")):
+        with pytest.raises(ValueError, match="template"):
+            sampler.request(kind, template=template)
+    # combinations no caption can give raise at once, rather than drawing forever
+    for options in ({"template": "affirmative", "answer": False}, {"template": "negation", "fact_type": "count"},
+                    {"fact_type": "negation", "answer": True}):
+        with pytest.raises(ValueError, match="implies"):
+            sampler.request("caption", **options)
+
+
+def _clauses(text: str) -> list:
+    """A caption's clauses parsed back from its text: enough to name its template."""
+    return [W.No("x") if part.startswith("no ") else W.Thing("x") for part in text.split(" and ")]
+
+
 def test_image_truths_recomputed_from_the_pixels_facts():
     """An image request's answer is the fact's truth on its scene, re-derived here from the
     caption-free question text through the benchmark's own question forms."""
