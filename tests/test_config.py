@@ -120,6 +120,8 @@ RANGE_CASES = [
     ("backbone_overrides.micro.gpu_memory_utilization=1.5", "backbone micro.gpu_memory_utilization"),
     ("backbone_overrides.micro.tensor_parallel_size=0", "backbone micro.tensor_parallel_size"),
     ("backbone_overrides.micro.yes_spellings=[Yes,'']", "backbone micro.yes_spellings[1]"),
+    # a string left reuse on whatever it said (bool("off") is True)
+    ("backbone_overrides.micro.engine_options={prefix_reuse: 'off'}", "backbone micro.engine_options.prefix_reuse"),
     ("bootstrap.n_resamples=0", "bootstrap.n_resamples"),
     ("bootstrap.n_resamples=-5", "bootstrap.n_resamples"),
     ("bootstrap.seed=-1", "bootstrap.seed"),
