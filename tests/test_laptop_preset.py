@@ -21,6 +21,7 @@ def test_laptop_preset_validates_and_uses_the_smallest_real_qwen3_5_on_the_hf_en
     assert backbone.family == "qwen3_5" and not backbone.note  # real weights: no "scores mean nothing" note
     assert set(cfg.benchmarks) == {"demo", "demo_winoground", "demo_mcq"}
     assert cfg.sweep.questions.source == "benchmark"  # the demo ships questions: no generation on CPU
+    assert cfg.sweep.compute.threads_per_engine == 0  # every core: Ray alone would give the engine one
     paper = load_config(["sweep=paper", f"root={tmp_path}"])
     family = [b for b in paper.backbones.values() if b.family == backbone.family]
     assert family and all(_billions(backbone.size) < _billions(b.size) for b in family)

@@ -106,6 +106,7 @@ class ActorPool:
     vllm: bool = False  # vLLM engines: on a cluster without GPUs they may run on vLLM's CPU build
     wait_for_gpus: bool = False  # a GPU ask no node meets waits (an autoscaler adds nodes) instead of failing
     resources: dict[str, float] = field(default_factory=dict)  # custom Ray resources per actor
+    threads: int | None = None  # math threads per actor (`use_threads`); None: Ray's one per reserved CPU
 
     @property
     def part_rows(self) -> int:
@@ -124,7 +125,7 @@ def engine_pool(backbone: BackboneSpec, compute: ComputeSpec) -> ActorPool:
         size=compute.engines_per_backbone, num_gpus=gpus, num_cpus=compute.cpus_per_engine,
         rows_per_batch=compute.rows_per_batch, rows_per_part=compute.rows_per_part, memory_gb=compute.engine_memory_gb,
         backbone=backbone.name, vllm=backbone.engine == "vllm", wait_for_gpus=compute.wait_for_gpus,
-        resources=dict(compute.engine_resources),
+        resources=dict(compute.engine_resources), threads=compute.threads_per_engine,
     )
 
 
@@ -395,6 +396,24 @@ def _part_ends(table: pa.Table) -> list[int]:
     return [int(i) + 1 for i in changes] + [table.num_rows]
 
 
+def use_threads(threads: int | None) -> None:
+    """Set this process's math threads (torch's intra-op pool, and OpenMP's for what starts later).
+
+    Ray starts an actor with one thread per CPU it reserves (OMP_NUM_THREADS), so an engine on a
+    CPU uses one core however many the machine has: `compute.threads_per_engine` gives it more
+    (0: every core this process may run on). None leaves Ray's setting.
+    """
+    if threads is None:
+        return
+    import os
+
+    import torch
+
+    count = threads or len(os.sched_getaffinity(0))
+    os.environ["OMP_NUM_THREADS"] = str(count)
+    torch.set_num_threads(count)
+
+
 class PartWriter:
     """Wraps a stage worker: one worker call (and one stored part) per part of a Ray batch.
 
@@ -410,7 +429,8 @@ class PartWriter:
     driver needs no read-back.
     """
 
-    def __init__(self, worker_cls, worker_kwargs: dict, row_schema: pa.Schema | None = None):
+    def __init__(self, worker_cls, worker_kwargs: dict, row_schema: pa.Schema | None = None, threads: int | None = None):
+        use_threads(threads)  # before the worker loads its model
         self.worker = worker_cls(**worker_kwargs)
         self.row_schema = row_schema
 
@@ -503,7 +523,7 @@ def compute_blocks(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool
         warnings.simplefilter("ignore", DeprecationWarning)
         dataset = ray.data.from_arrow(blocks).map_batches(
             PartWriter,
-            fn_constructor_kwargs={"worker_cls": worker_cls, "worker_kwargs": worker_kwargs, "row_schema": row_schema},
+            fn_constructor_kwargs={"worker_cls": worker_cls, "worker_kwargs": worker_kwargs, "row_schema": row_schema, "threads": pool.threads},
             batch_size=None,  # one block = one worker call, one stored part per part in it
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=pool.size),
@@ -572,8 +592,8 @@ def _lost_rows(blocks: list[pa.Table], statuses: list[pa.Table]) -> list[pa.Tabl
 class _Host:
     """A plain Ray actor around a stage worker, for isolating failures one batch at a time."""
 
-    def __init__(self, worker_cls, worker_kwargs: dict, row_schema: pa.Schema | None = None):
-        self.worker = PartWriter(worker_cls, worker_kwargs, row_schema)
+    def __init__(self, worker_cls, worker_kwargs: dict, row_schema: pa.Schema | None = None, threads: int | None = None):
+        self.worker = PartWriter(worker_cls, worker_kwargs, row_schema, threads)
 
     def ready(self) -> bool:
         return True
@@ -605,7 +625,7 @@ def isolate_failures(
             statuses.append(_died(block, stage, f"not retried: workers died {deaths} times while isolating failures in this stage", row_schema))
             continue
         if actor is None:
-            actor = _start(remote, worker_cls, worker_kwargs, stage, row_schema=row_schema)
+            actor = _start(remote, worker_cls, worker_kwargs, stage, row_schema=row_schema, threads=pool.threads)
         try:
             statuses.append(ray.get(actor.run.remote(block)))
         except RayActorError as exc:
@@ -629,14 +649,15 @@ def _actor_asks(pool: ActorPool) -> dict:
     return asks | ({"resources": dict(pool.resources)} if pool.resources else {})
 
 
-def _start(remote, worker_cls, worker_kwargs: dict, stage: str, attempts: int = 3, row_schema: pa.Schema | None = None):
+def _start(remote, worker_cls, worker_kwargs: dict, stage: str, attempts: int = 3, row_schema: pa.Schema | None = None,
+           threads: int | None = None):
     """A fresh worker, ready to take a batch; a worker that fails to start `attempts` times
     in a row is a broken stage (bad model path, no GPU), not a poison request: that raises."""
     import ray
     from ray.exceptions import RayActorError
 
     for attempt in range(1, attempts + 1):
-        actor = remote.remote(worker_cls, worker_kwargs, row_schema)
+        actor = remote.remote(worker_cls, worker_kwargs, row_schema, threads)
         try:
             ray.get(actor.ready.remote())
             return actor

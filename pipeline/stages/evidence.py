@@ -201,7 +201,8 @@ def run_grounding(requests: pa.Table, detector: DetectorSpec, store_url: str, co
         store=store,
         worker_cls=GroundingWorker,
         worker_kwargs={"detector": detector, "store_url": store.url},
-        pool=ActorPool(size=detector.replicas, num_gpus=gpus, num_cpus=compute.cpus_per_engine, rows_per_batch=compute.rows_per_batch, rows_per_part=compute.rows_per_part),
+        pool=ActorPool(size=detector.replicas, num_gpus=gpus, num_cpus=compute.cpus_per_engine, rows_per_batch=compute.rows_per_batch, rows_per_part=compute.rows_per_part,
+                       threads=compute.threads_per_engine),
     )
     return {r["key"]: Detections.from_row(r) for r in pl.from_arrow(stored).iter_rows(named=True)}, report
 
