@@ -66,6 +66,13 @@ def heldout_requests(n_per_type: int, seed: int = 0) -> list[W.WorldRequest]:
     return out
 
 
+def hybrid_requests(n: int, seed: int = 0) -> list[W.WorldRequest]:
+    """Held-out caption-only requests about hybrid captions ("a star and no circle"): the kind
+    the caption-only floor is missed on (a thing stated beside a thing denied)."""
+    sampler = W.WorldSampler(seed, "heldout")
+    return [sampler.request("caption", template="hybrid") for _ in range(n)]
+
+
 def answer_world_requests(engine, requests: Sequence[W.WorldRequest], templates: dict, system: str | None = None) -> list[Answered]:
     """Each request through the engine as the answers stage builds it (answer_prompt, decoded PNG)."""
     from operators.answering import answer_prompt
@@ -251,16 +258,18 @@ def evaluate_micro_vlm(backbone: str = "micro", n_per_type: int = 200, seed: int
             start = time.monotonic()
             bench = answer_benchmark_requests(engine, requests, templates, spec.system_prompt)
         held = answer_world_requests(engine, heldout_requests(n_per_type, seed), templates, spec.system_prompt)
+        hybrid = answer_world_requests(engine, hybrid_requests(3 * n_per_type, seed + 1), templates, spec.system_prompt)
         answered = time.monotonic() - start
     finally:
         engine.close()
-    tables = {"heldout": summarize(held), "benchmark": summarize(bench)}
+    tables = {"heldout": summarize(held), "benchmark": summarize(bench), "heldout_hybrid": summarize(hybrid)}
     with pl.Config(tbl_rows=100, tbl_cols=20):
         for name, table in tables.items():
             print(f"{name} ({backbone}, engine {spec.engine}):")
             print(table)
-            print("floors:", json.dumps(floors(table)))
-    print(f"engine load {loaded:.1f}s; {len(held) + len(bench)} requests in {answered:.1f}s")
+            if name != "heldout_hybrid":  # caption-only requests alone: no floors of their own
+                print("floors:", json.dumps(floors(table)))
+    print(f"engine load {loaded:.1f}s; {len(held) + len(bench) + len(hybrid)} requests in {answered:.1f}s")
     if out:
         os.makedirs(out, exist_ok=True)
         for name, table in tables.items():

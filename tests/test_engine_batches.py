@@ -186,13 +186,14 @@ class ThreadsWorker:
         return status_table(keys, errors)
 
 
-def test_engine_actors_use_the_threads_compute_asks_for(ray_session):
+def test_engine_actors_use_the_threads_compute_asks_for(ray_session, monkeypatch):
     """Ray starts an actor with one thread per CPU it reserves, so a CPU engine used one core of a
     laptop's many. `compute.threads_per_engine` sets them before the worker is built (0: every
     core), in the pool's actors and in the actors that isolate failures."""
     import os
     import sys
 
+    import torch
     from ray import cloudpickle
 
     from operators.engines.spec import BackboneSpec
@@ -202,17 +203,15 @@ def test_engine_actors_use_the_threads_compute_asks_for(ray_session):
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the actors cannot import this test file
 
     block = [pa.table({"key": ["a", "b"]})]
-    seen = {}
-    for threads in (None, 3):
-        pool = engine_pool(BackboneSpec(name="b", engine="scripted"), ComputeSpec(threads_per_engine=threads))
-        assert pool.threads == threads
-        seen[threads] = set(compute_blocks(block, ThreadsWorker, {}, pool, stage="t").column("detail").to_pylist())
-    assert seen == {None: {"1"}, 3: {"3"}}
+    assert engine_pool(BackboneSpec(name="b", engine="scripted"), ComputeSpec()).threads is None  # Ray's setting stays
+    pool = engine_pool(BackboneSpec(name="b", engine="scripted"), ComputeSpec(threads_per_engine=3))
+    assert set(compute_blocks(block, ThreadsWorker, {}, pool, stage="t").column("detail").to_pylist()) == {"3"}
     cores = str(len(os.sched_getaffinity(0)))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # restored after: later subprocesses must not inherit ours
     try:  # in this process (it sets this process's threads)
         assert _Host(ThreadsWorker, {}, None, 2).run(block[0]).column("detail").to_pylist() == ["2", "2"]
         assert _Host(ThreadsWorker, {}, None, 0).run(block[0]).column("detail").to_pylist() == [cores, cores]
+        torch.set_num_threads(1)
+        assert _Host(ThreadsWorker, {}, None, None).run(block[0]).column("detail").to_pylist() == ["1", "1"]  # left as it was
     finally:
-        import torch
-
         torch.set_num_threads(1)  # the suite's setting (conftest)

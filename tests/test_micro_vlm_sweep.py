@@ -5,9 +5,9 @@ ratings do; corrupting the link between a stored answer and its role breaks both
 With random weights (sweep=smoke) every one of these checks would pass or fail by chance; with the
 trained model they measure whether the pipeline asks, stores and reads what it claims to.
 Measured with the shipped model (the demo's 253 DEPICT questions): p_v agrees with the image's
-truth 0.99, p_t with the caption's 0.89; swapped, 0.64 and 0.67; DEPICT demo SRCC 0.906, and
+truth 0.99, p_t with the caption's 0.94; swapped, 0.61 and 0.70; DEPICT demo SRCC 0.906, and
 on the NegBench-style part DEPICT picks the right caption 8 times of 8 where Soft-TIFA, which
-expects Yes to every question, picks none."""
+expects Yes to every question, picks one."""
 from __future__ import annotations
 
 import dataclasses
@@ -47,7 +47,7 @@ def test_the_default_runs_answers_agree_with_the_demo_worlds_truth(default_run):
     records = record_truths(pl.read_parquet(Path(result.run_dir) / "records" / "micro.parquet"))
     assert records.height == 506 and records["logp_yes_v"].null_count() == 0
     assert accuracy(records, "v") >= 0.9, accuracy(records, "v")  # 0.99
-    assert accuracy(records, "t") >= 0.8, accuracy(records, "t")  # 0.93
+    assert accuracy(records, "t") >= 0.8, accuracy(records, "t")  # 0.94
     summary = (Path(result.run_dir) / "summary.txt").read_text()
     assert "LOW" not in summary and "WARNING" not in summary  # the model answers yes or no
 
@@ -56,7 +56,7 @@ def test_the_default_runs_depict_ranks_captions_as_the_ratings_do(default_run):
     _, result = default_run
     stats = result.statistics.filter(pl.col("benchmark") == "demo", pl.col("statistic") == "srcc", pl.col("subset") == "all")
     srcc = {r["metric"]: r for r in stats.iter_rows(named=True)}
-    assert srcc["depict"]["value"] >= 0.75, srcc["depict"]  # 0.910 [0.79, 0.97]; random weights: -0.18
+    assert srcc["depict"]["value"] >= 0.75, srcc["depict"]  # 0.906 [0.76, 0.97]; random weights: -0.18
     assert srcc["depict"]["ci_low"] > 0.5
     summary = (Path(result.run_dir) / "summary.txt").read_text()
     assert f"| micro    | depict                    | {srcc['depict']['value']:.3f} [{srcc['depict']['ci_low']:.3f}," in summary
@@ -69,7 +69,7 @@ def test_depict_handles_negated_captions_where_fixed_yes_baselines_cannot(defaul
     mcq = result.statistics.filter(pl.col("benchmark") == "demo_mcq", pl.col("statistic") == "accuracy", pl.col("subset") == "all")
     accuracy_of = {r["metric"]: r["value"] for r in mcq.iter_rows(named=True)}
     assert accuracy_of["depict"] >= 0.85, accuracy_of  # 1.0
-    assert accuracy_of["depict"] - max(accuracy_of["soft_tifa_am"], accuracy_of["hard_fixed_yes"]) >= 0.5, accuracy_of  # 0.25, 0.15
+    assert accuracy_of["depict"] - max(accuracy_of["soft_tifa_am"], accuracy_of["hard_fixed_yes"]) >= 0.5, accuracy_of  # 0.13, 0.15
 
 
 def test_image_and_caption_answers_swapped_break_the_floors(default_run, tmp_path, monkeypatch):
