@@ -220,6 +220,10 @@ class No:
 Clause = Thing | Relation | No
 
 
+# NegBench's caption templates (`Caption.template`): nothing negated, only negations, both.
+CAPTION_TEMPLATES = ("affirmative", "negation", "hybrid")
+
+
 @dataclass(frozen=True)
 class Caption:
     clauses: tuple[Clause, ...]
@@ -767,8 +771,8 @@ class WorldSampler:
         `template` (caption requests only) asks for a caption of one NegBench template
         ("hybrid": things stated beside things denied, where a model reading "no" anywhere in the
         caption as the answer goes wrong)."""
-        if template is not None and (kind != "caption" or template not in ("affirmative", "negation", "hybrid")):
-            raise ValueError(f"template {template!r} is for caption requests, one of affirmative, negation, hybrid")
+        if template is not None and (kind != "caption" or template not in CAPTION_TEMPLATES):
+            raise ValueError(f"template {template!r} is for caption requests, one of {', '.join(CAPTION_TEMPLATES)}")
         rng = self.rng
         if kind == "caption":  # a caption implies Yes about what it states and No about what it denies
             possible = {"affirmative": {True}, "negation": {False}}.get(template, {True, False})
@@ -952,8 +956,8 @@ def _draw_mcq(sampler: WorldSampler, n: int) -> list[McqRow]:
     out: list[McqRow] = []
     while len(out) < n:
         scene_ = sampler.scene()
-        correct = _mcq_caption(sampler, scene_, ("affirmative", "negation", "hybrid")[len(out) % 3], True)
-        wrong = [_mcq_caption(sampler, scene_, t, False) for t in ("affirmative", "negation", "hybrid")]
+        correct = _mcq_caption(sampler, scene_, CAPTION_TEMPLATES[len(out) % 3], True)
+        wrong = [_mcq_caption(sampler, scene_, t, False) for t in CAPTION_TEMPLATES]
         options = [correct, *wrong]
         if all(options) and len({c.text for c in options}) == 4:
             out.append(McqRow(scene_, correct, tuple(wrong)))
