@@ -765,14 +765,20 @@ class WorldSampler:
     # ------------------------------------------------------------------ requests
 
     def request(self, kind: str, fact_type: str | None = None, answer: bool | None = None,
-                template: str | None = None) -> WorldRequest:
+                template: str | None = None, negbench_form: bool = False) -> WorldRequest:
         """One request of `kind`; the fact type and the answer are drawn evenly unless given.
 
         `template` (caption requests only) asks for a caption of one NegBench template
         ("hybrid": things stated beside things denied, where a model reading "no" anywhere in the
-        caption as the answer goes wrong)."""
+        caption as the answer goes wrong). `negbench_form` draws that caption in the short form
+        the multiple-choice part writes (one or two clauses of things and denials, "a star and
+        no circle") instead of the correlation part's longer mix with relations."""
         if template is not None and (kind != "caption" or template not in CAPTION_TEMPLATES):
             raise ValueError(f"template {template!r} is for caption requests, one of {', '.join(CAPTION_TEMPLATES)}")
+        if negbench_form and (kind != "caption" or template is None):
+            raise ValueError("negbench_form is for caption requests of a named template")
+        if negbench_form and fact_type == "spatial":
+            raise ValueError("no caption of the NegBench form implies an answer to a spatial question (it states no relations)")
         rng = self.rng
         if kind == "caption":  # a caption implies Yes about what it states and No about what it denies
             possible = {"affirmative": {True}, "negation": {False}}.get(template, {True, False})
@@ -798,8 +804,8 @@ class WorldSampler:
         if kind == "caption":
             while True:
                 scene_ = self.scene()
-                cap = self.caption(scene_)
-                if template is not None and cap.template != template:
+                cap = _mcq_caption(self, scene_, template, rng.random() < 0.5) if negbench_form else self.caption(scene_)
+                if cap is None or (template is not None and cap.template != template):
                     continue
                 facts = [f for f in cap.facts if caption_truth(f) == answer and (fact_type is None or FACT_TYPES[f.kind] == fact_type)]
                 if facts:

@@ -353,6 +353,7 @@ def train(
     type_weights: Mapping[str, float] | None = None,
     per_step: Mapping[str, int] | None = None,
     hybrid_share: float = 0.0,
+    negbench_share: float = 0.0,
     warmup_seconds: float | None = None,
     log: Callable[[str], None] = print,
     init: str | Path | None = None,
@@ -367,7 +368,8 @@ def train(
     `position_weight` adds a training-only head asking each merged visual token for its cell's
     row and column (what spatial questions compare); `type_weights` draws the fact types image
     questions ask about unevenly (default: evenly); `hybrid_share` of caption-only requests come
-    from hybrid captions (a thing stated beside a thing denied: "a star and no circle").
+    from hybrid captions (a thing stated beside a thing denied: "a star and no circle"), and
+    `negbench_share` of those in the multiple-choice part's short form (one thing, one denial).
     """
     import torch
     import torch.nn.functional as F
@@ -414,7 +416,8 @@ def train(
         if kind == "image" and type_weights:
             return sampler.request(kind, sampler.rng.choices(types, weights)[0])
         if kind == "caption" and hybrid_share and sampler.rng.random() < hybrid_share:
-            return sampler.request(kind, template="hybrid")
+            short = bool(negbench_share) and sampler.rng.random() < negbench_share
+            return sampler.request(kind, template="hybrid", negbench_form=short)
         return sampler.request(kind)
 
     parameters = sum(p.numel() for p in model.parameters())

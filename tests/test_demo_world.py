@@ -63,6 +63,15 @@ def test_caption_requests_of_one_template():
     for kind, template in (("image", "hybrid"), ("caption", "mixed")):
         with pytest.raises(ValueError, match="template"):
             sampler.request(kind, template=template)
+    # the multiple-choice part's short form: one thing stated, one denied, no relations
+    short = [sampler.request("caption", template="hybrid", negbench_form=True) for _ in range(100)]
+    assert all(len(r.caption.split(" and ")) == 2 and r.caption.split(" and ")[1].startswith("no ") for r in short)
+    assert all(r.answer == (r.fact_type != "negation") for r in short)
+    assert {r.fact_type for r in short} >= {"negation", "existence", "attribute"}
+    with pytest.raises(ValueError, match="named template"):
+        sampler.request("caption", negbench_form=True)
+    with pytest.raises(ValueError, match="spatial"):
+        sampler.request("caption", "spatial", template="hybrid", negbench_form=True)
     # combinations no caption can give raise at once, rather than drawing forever
     for options in ({"template": "affirmative", "answer": False}, {"template": "negation", "fact_type": "count"},
                     {"fact_type": "negation", "answer": True}):

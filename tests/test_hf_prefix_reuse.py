@@ -1,7 +1,8 @@
 """The hf engine's image-prefix reuse (operators/engines/hf_prefix.py) answers as the plain path
 does, for every family it is on for, with several images and questions per batch, chunks of
-suffixes that reuse one prefix, caption-only prompts about two captions, a lone image and a
-system turn mixed in."""
+suffixes that reuse one prefix, an image's questions beside a prompt worded otherwise (the
+questions then share their instruction too), caption-only prompts about two captions, a lone
+image and a system turn mixed in."""
 from __future__ import annotations
 
 import numpy as np
@@ -20,12 +21,14 @@ pytestmark = pytest.mark.templates
 
 FAMILIES = ["builtin:tiny-vlm", "builtin:tiny-qwen3vl", "builtin:tiny-qwen2vl"]  # Qwen3.5 (hybrid), Qwen3-VL, Qwen2-VL
 QUESTIONS = ["Is there a red circle?", "Is the square blue?", "Are there two triangles?", "Is the circle left of the big square?", "No?"]
+ASK = "Look at the image and answer the question about it.\nQuestion: {}\nReply with a single word: Yes or No."
 
 
 def prompts() -> list[Prompt]:
     rng = np.random.default_rng(0)
     images = [Image.fromarray(rng.integers(0, 255, (48 + 16 * i, 64, 3), dtype=np.uint8)) for i in range(3)]
-    out = [Prompt(user=q, image=image, image_id=f"img{i}") for i, image in enumerate(images) for q in QUESTIONS]
+    out = [Prompt(user=ASK.format(q), image=image, image_id=f"img{i}") for i, image in enumerate(images) for q in QUESTIONS]
+    out += [Prompt(user='Does this figure show "a red circle"? Please answer yes or no.', image=images[i], image_id=f"img{i}") for i in (0, 1)]
     for caption in ("a red circle above a small blue square", "two green triangles and no circle"):  # caption-only
         out += [Prompt(user=f'Here is a description of a picture you cannot see: "{caption}". Judging only from it: {q}') for q in QUESTIONS[:3]]
     out.append(Prompt(user="Is it red?"))  # a short caption-only prompt that shares only the chat header
@@ -40,13 +43,16 @@ def test_reuse_gives_the_answers_of_the_plain_path(model_id, monkeypatch):
     plain = HFEngine(BackboneSpec(name="t", model_id=model_id, engine="hf", batch_size=3, engine_options={"prefix_reuse": False}))
     reused = HFEngine(spec)
     assert reused.prefix_reuse and not plain.prefix_reuse
-    shared = []
-    original = hf_prefix.PrefixScorer.last_logits
-    monkeypatch.setattr(hf_prefix.PrefixScorer, "last_logits", lambda self, inputs: shared.append(len(inputs["input_ids"])) or original(self, inputs))
+    shared, levels = [], []
+    original, level = hf_prefix.PrefixScorer.last_logits, hf_prefix.PrefixScorer._level
+    monkeypatch.setattr(hf_prefix.PrefixScorer, "last_logits", lambda self, groups: shared.extend(len(g["input_ids"]) for g in groups) or original(self, groups))
+    monkeypatch.setattr(hf_prefix.PrefixScorer, "_level", lambda self, nodes, out: levels.append(len(nodes)) or level(self, nodes, out))
     batch = prompts()
     expected, got = plain.score_yes_no(batch), reused.score_yes_no(batch)
     # three images' questions, the system-turn pair and each caption's questions shared a prefix
-    assert sorted(shared) == [2, 3, 3, 5, 5, 5]
+    assert sorted(shared) == [2, 3, 3, 5, 6, 6]
+    # beside the holistic prompt, two images' questions went on from the image by their instruction
+    assert levels == [6, 2]
     assert np.abs(got - expected).max() < 1e-5
     assert np.abs(np.exp(got) - np.exp(expected)).max() < 1e-6
     assert reused.prompt_tokens == plain.prompt_tokens  # throughput reports count the same tokens
@@ -79,16 +85,39 @@ def test_the_common_prefix_leaves_every_row_its_last_token():
     assert hf_prefix.common_prefix_length([torch.tensor([1, 2, 3]), torch.tensor([1, 2, 3])]) == 2  # identical rows
 
 
-def test_an_expanded_cache_leaves_the_prefix_cache_intact():
+@pytest.mark.parametrize("model_id", FAMILIES[:2])
+def test_groups_of_one_prefix_length_share_their_passes(model_id):
+    """Three same-size images, three questions each: one prefix pass for the three images, one
+    pass for the nine suffixes (a forward pass on a CPU costs the weights it reads, whatever its rows)."""
+    spec = BackboneSpec(name="t", model_id=model_id, engine="hf", batch_size=16)
+    plain = HFEngine(BackboneSpec(name="t", model_id=model_id, engine="hf", engine_options={"prefix_reuse": False}))
+    reused = HFEngine(spec)
+    rng = np.random.default_rng(1)
+    images = [Image.fromarray(rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)) for _ in range(3)]
+    batch = [Prompt(user=ASK.format(q), image=image, image_id=f"img{i}") for i, image in enumerate(images) for q in QUESTIONS[:3]]
+    calls = []
+    forward = reused.model.forward
+    reused.model.forward = lambda *a, **k: calls.append(len(k["input_ids"])) or forward(*a, **k)
+    expected, got = plain.score_yes_no(batch), reused.score_yes_no(batch)
+    assert calls == [3, 9]
+    assert np.abs(got - expected).max() < 1e-5
+
+
+def test_a_gathered_cache_takes_rows_of_several_banks_and_leaves_them_intact():
     class Layer:
-        def __init__(self):
-            self.keys = torch.ones(1, 2, 3)
-            self.recurrent_states = {0: torch.zeros(1, 4)}
+        def __init__(self, rows: int, start: float):
+            self.keys = torch.arange(start, start + rows).view(rows, 1, 1).repeat(1, 2, 3)
+            self.recurrent_states = {0: torch.full((rows, 4), start)}
             self.is_initialized = True
 
-    cache = type("Cache", (), {})()
-    cache.layers = [Layer()]
-    twin = hf_prefix.expand_cache(cache, 3)
-    twin.layers[0].keys += 1
-    assert twin.layers[0].keys.shape == (3, 2, 3) and twin.layers[0].recurrent_states[0].shape == (3, 4)
-    assert cache.layers[0].keys.shape == (1, 2, 3) and float(cache.layers[0].keys.sum()) == 6.0
+    def cache(rows: int, start: float):
+        made = type("Cache", (), {})()
+        made.layers = [Layer(rows, start)]
+        return made
+
+    first, second = hf_prefix.Bank(cache(2, 0.0), 2), hf_prefix.Bank(cache(1, 10.0), 1)
+    twin = hf_prefix.gather_cache([(first, 1), (second, 0), (first, 1), (first, 0)])
+    assert twin.layers[0].keys[:, 0, 0].tolist() == [1.0, 10.0, 1.0, 0.0] and twin.layers[0].keys.shape == (4, 2, 3)
+    assert twin.layers[0].recurrent_states[0][:, 0].tolist() == [0.0, 10.0, 0.0, 0.0] and twin.layers[0].is_initialized
+    twin.layers[0].keys += 100
+    assert first.cache.layers[0].keys[:, 0, 0].tolist() == [0.0, 1.0] and second.cache.layers[0].keys.shape == (1, 2, 3)

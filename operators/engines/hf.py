@@ -85,9 +85,7 @@ class HFEngine:
             groups, plain = shared_image_groups(prompts)
             text_groups = self._shared_caption_groups(prompts, [i for i in plain if prompts[i].image is None])
             plain = sorted(set(plain) - {i for g in text_groups for i in g})
-            for group in groups + text_groups:
-                if not self._score_shared(prompts, group, out):
-                    plain += group
+            plain += self._score_shared(prompts, groups + text_groups, out)
         for batch in self._batches([prompts[i] for i in plain]):
             indices = [plain[b] for b in batch]
             inputs = self._encode([prompts[i] for i in indices])
@@ -103,15 +101,18 @@ class HFEngine:
         rows = self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
         return [[text_only[k] for k in group] for group in shared_text_groups(rows, MIN_SHARED_TOKENS)]
 
-    def _score_shared(self, prompts: Sequence[Prompt], group: list[int], out: np.ndarray) -> bool:
-        """One image's (or caption's) questions through their shared prefix; False when they cannot share it."""
-        inputs = self._encode([prompts[i] for i in group])
-        logits = self.prefix_scorer.last_logits(inputs)
-        if logits is None:
-            return False
-        self.prompt_tokens += int(inputs["attention_mask"].sum())  # tokens answered for, as without reuse
-        self._read(torch.stack(logits), group, out)
-        return True
+    def _score_shared(self, prompts: Sequence[Prompt], groups: list[list[int]], out: np.ndarray) -> list[int]:
+        """Each image's (or caption's) questions through their shared prefix, all groups' passes
+        batched together; returns the prompts of groups that cannot share it."""
+        encoded = [self._encode([prompts[i] for i in group]) for group in groups]
+        unshared: list[int] = []
+        for group, inputs, logits in zip(groups, encoded, self.prefix_scorer.last_logits(encoded), strict=True):
+            if logits is None:
+                unshared += group
+                continue
+            self.prompt_tokens += int(inputs["attention_mask"].sum())  # tokens answered for, as without reuse
+            self._read(torch.stack(logits), group, out)
+        return unshared
 
     def _read(self, logits: torch.Tensor, indices: Sequence[int], out: np.ndarray) -> None:
         logprobs = torch.log_softmax(logits.float(), dim=-1).cpu().numpy()

@@ -1,7 +1,11 @@
 """Prefix reuse for the transformers engine: questions about one image share everything up to
 the question (the chat header, the image's tokens), and caption-only questions about one caption
 share the header, the instruction and the quoted caption; that prefix is run through the model
-once and only each question's suffix runs against the cached state, batched.
+once and only each question's suffix runs against the cached state. Within a group, prompts
+that share more (an image's questions share their instruction, which its holistic prompt words
+otherwise) run that part once more from a copy of the state. Every pass batches the rows of all
+groups that are equally far in: on a CPU a pass pays for reading the weights (~0.3 s for a
+0.8B model) however few its rows.
 
 vLLM does this with its prefix cache; the hf engine did the image's (or caption's) work again for
 every question (the demo asks 5-10 per image). The cached state is whatever the model's cache holds:
@@ -18,11 +22,15 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
 from operators.engines.base import Prompt
+
+T = TypeVar("T")
 
 REUSE_FAMILIES = frozenset({"qwen3_5", "qwen3_vl", "qwen2_vl", "qwen2_5_vl"})
 # Per-token inputs a processor returns beside input_ids: cut to the prefix with it.
@@ -30,6 +38,10 @@ TOKEN_ALIGNED = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type
 # Caption-only prompts share a prefix only when it skips at least this many tokens per prompt:
 # below it, the extra forward pass for the prefix costs about what it saves.
 MIN_SHARED_TOKENS = 16
+# Within a group, rows whose rests share this many more tokens extend a copy of the prefix's
+# cache by them (one more row in a pass) instead of each running them: a row costs about 8
+# tokens' work beyond its tokens (its state's copy, the linear-attention chunk it fills).
+MIN_EXTENSION_TOKENS = 8
 
 
 def supports_reuse(model) -> bool:
@@ -85,32 +97,66 @@ def common_prefix_length(rows: Sequence[torch.Tensor]) -> int:
     return limit
 
 
-def expand_cache(cache, n: int):
-    """A copy of a batch-of-one cache repeated `n` times along the batch (the original stays
-    intact for the next chunk of suffixes). Works on the cache layers' own tensors: the key and
-    value tensors of attention layers, the conv/recurrent state dicts of linear-attention ones."""
+def gather_cache(rows: Sequence[tuple[Bank, int]]):
+    """A new cache whose i-th row is row `rows[i][1]` of bank `rows[i][0]` (banks of one model,
+    the same length). Works on the cache layers' own tensors: the key and value tensors of
+    attention layers, the conv/recurrent state dicts of linear-attention ones; the banks stay
+    intact for the next rows that go on from them."""
 
-    def repeat(value):
-        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == 1:
-            return value.repeat_interleave(n, dim=0)
-        if isinstance(value, dict):
-            return {k: repeat(v) for k, v in value.items()}
-        return value
+    def gather(values: list[tuple[object, int, int]]):  # (a bank's value, the bank's rows, the row wanted)
+        first, size, _ = values[0]
+        if isinstance(first, torch.Tensor) and first.dim() > 0 and first.shape[0] == size:
+            return torch.cat([value[row:row + 1] for value, _, row in values])
+        if isinstance(first, dict):
+            return {k: gather([(value[k], n, row) for value, n, row in values]) for k in first}
+        return first
 
-    expanded = copy.copy(cache)
-    expanded.layers = []
-    for layer in cache.layers:
+    template = rows[0][0].cache
+    gathered = copy.copy(template)
+    gathered.layers = []
+    for index, layer in enumerate(template.layers):
         twin = copy.copy(layer)
-        for name, value in vars(layer).items():
-            setattr(twin, name, repeat(value))
-        expanded.layers.append(twin)
-    return expanded
+        for name in vars(layer):
+            setattr(twin, name, gather([(vars(bank.cache.layers[index])[name], bank.rows, row) for bank, row in rows]))
+        gathered.layers.append(twin)
+    return gathered
+
+
+@dataclass
+class Bank:
+    """A cache computed for `rows` rows at once (the prefixes of several groups, or their extensions)."""
+
+    cache: object
+    rows: int
+
+
+@dataclass
+class Node:
+    """Prompts that go on from one cached state: row `row` of `bank`, `length` tokens in; each
+    rest goes to `targets` (group, prompt in the group)."""
+
+    bank: Bank
+    row: int
+    length: int
+    delta: torch.Tensor | None  # the row's multimodal rope offset (None: the model keeps none)
+    rests: list[torch.Tensor]
+    targets: list[tuple[int, int]]
+
+
+def buckets(items: Sequence[T], key: Callable[[T], object], size: int) -> list[list[T]]:
+    """`items` cut into lists of at most `size` that agree on `key`, in first-seen order."""
+    by_key: dict[object, list[T]] = {}
+    for item in items:
+        by_key.setdefault(key(item), []).append(item)
+    return [same[start:start + size] for same in by_key.values() for start in range(0, len(same), size)]
 
 
 class PrefixScorer:
-    """Runs a group's shared prefix once, then its questions' suffixes in batches; returns the
-    next-token logits at each prompt's last token, or None when this group cannot share (its
-    image is not entirely inside the common prefix)."""
+    """Runs the groups' shared prefixes once each, then what follows them, level by level: rows
+    of a group whose rests share a start again (an image's questions, beside its holistic prompt
+    worded otherwise) extend a copy of the cache by that start; the last level runs each
+    prompt's own suffix. Each level's passes batch rows of all groups that have the same length
+    so far (on a CPU a forward pass costs ~0.3 s for the weights it reads, whatever its rows)."""
 
     def __init__(self, model, pad_token_id: int, batch_size: int):
         self.model, self.pad_token_id, self.batch_size = model, pad_token_id, batch_size
@@ -118,8 +164,36 @@ class PrefixScorer:
         params = inspect.signature(model.forward).parameters
         self.cache_arg = "cache" if "cache" in params else "past_key_values"  # transformers >= 5.24 renamed it
 
-    def last_logits(self, inputs) -> list[torch.Tensor] | None:
-        """`inputs`: the processor's output for the group's full prompts (left-padded)."""
+    def last_logits(self, groups: Sequence) -> list[list[torch.Tensor] | None]:
+        """`groups`: the processor's output for each group's full prompts (left-padded). Returns
+        per group the next-token logits at each prompt's last token, or None where the group
+        cannot share (its image is not entirely inside the common prefix)."""
+        out: list[list[torch.Tensor] | None] = [None] * len(groups)
+        starts = []
+        for g, inputs in enumerate(groups):
+            start = self._prefix(inputs)
+            if start is not None:
+                starts.append((g, *start))
+                out[g] = [None] * len(start[1])
+        nodes: list[Node] = []
+        for chunk in buckets(starts, lambda s: (s[1], "pixel_values" in s[3]), self.batch_size):
+            batch = {k: torch.cat([prefix[k] for _, _, _, prefix in chunk]) for k in chunk[0][3]}
+            length = chunk[0][1]
+            with torch.inference_mode():
+                result = self.model(**batch, use_cache=True, logits_to_keep=1)
+            bank = Bank(getattr(result, self.cache_arg), len(chunk))  # result.past_key_values warns on transformers >= 5.24
+            deltas = None
+            if hasattr(self.model.model, "rope_deltas"):  # text only: no offset (the model keeps the last image's)
+                deltas = self.model.model.rope_deltas.reshape(-1) if "pixel_values" in batch else torch.zeros(len(chunk), dtype=torch.long)
+            nodes += [Node(bank, i, length, None if deltas is None else deltas[i], [r[length:] for r in rows], [(g, k) for k in range(len(rows))])
+                      for i, (g, _, rows, _) in enumerate(chunk)]
+        while nodes:
+            nodes = self._level(nodes, out)
+        return out
+
+    def _prefix(self, inputs) -> tuple[int, list[torch.Tensor], dict] | None:
+        """A group's shared prefix: its length, the group's rows (unpadded) and the model inputs
+        of the prefix alone; None when the image is not all inside it."""
         mask = inputs["attention_mask"].bool()
         rows = [inputs["input_ids"][r][mask[r]] for r in range(len(mask))]
         length = common_prefix_length(rows)
@@ -132,33 +206,52 @@ class PrefixScorer:
                 return None
             prefix["image_grid_thw"] = inputs["image_grid_thw"][:1]
             prefix["pixel_values"] = inputs["pixel_values"][: int(inputs["image_grid_thw"][0].prod())]  # the first prompt's patches
-        with torch.inference_mode():
-            out = self.model(**prefix, use_cache=True, logits_to_keep=1)
-        cache = getattr(out, self.cache_arg)  # out.past_key_values warns on transformers >= 5.24
-        deltas = getattr(self.model.model, "rope_deltas", None)
-        if deltas is not None and not len(image_at):  # text only: no offset (the model keeps the last image's)
-            deltas = torch.zeros_like(deltas[:1])
-        logits: list[torch.Tensor] = []
-        for start in range(0, len(rows), self.batch_size):
-            logits += self._suffixes([r[length:] for r in rows[start:start + self.batch_size]], cache, deltas, length)
-        return logits
+        return length, rows, prefix
 
-    def _suffixes(self, suffixes: list[torch.Tensor], cache, deltas, length: int) -> list[torch.Tensor]:
-        n, longest = len(suffixes), max(len(s) for s in suffixes)
-        ids = torch.full((n, longest), self.pad_token_id, dtype=suffixes[0].dtype, device=suffixes[0].device)
+    def _level(self, nodes: list[Node], out: list) -> list[Node]:
+        """One level: the extensions of every node's subgroups (returned as the next level's
+        nodes) and every lone rest's suffix (its logits written to `out`)."""
+        extensions, suffixes = [], []
+        for node in nodes:
+            subgroups = shared_text_groups([r.tolist() for r in node.rests], MIN_EXTENSION_TOKENS) if len(node.rests) > 2 else []
+            for group in subgroups:
+                shared = common_prefix_length([node.rests[k] for k in group])
+                extensions.append((node, node.rests[group[0]][:shared], [node.rests[k][shared:] for k in group], [node.targets[k] for k in group]))
+            taken = {k for group in subgroups for k in group}
+            suffixes += [(node, rest, target) for k, (rest, target) in enumerate(zip(node.rests, node.targets)) if k not in taken]
+        children = []
+        for chunk in buckets(extensions, lambda e: (e[0].length, len(e[1])), self.batch_size):
+            cache, _ = self._run([node for node, *_ in chunk], [tokens for _, tokens, *_ in chunk])
+            bank = Bank(cache, len(chunk))
+            children += [Node(bank, i, node.length + len(tokens), node.delta, rests, targets) for i, (node, tokens, rests, targets) in enumerate(chunk)]
+        for chunk in buckets(suffixes, lambda s: s[0].length, self.batch_size):
+            _, logits = self._run([node for node, _, _ in chunk], [rest for _, rest, _ in chunk])
+            for (_, _, (g, k)), row_logits in zip(chunk, logits, strict=True):
+                out[g][k] = row_logits
+        return children
+
+    def _run(self, parents: list[Node], segments: list[torch.Tensor]) -> tuple[object, list[torch.Tensor]]:
+        """Each segment run on from its parent's state (all `length` tokens in), right-padded:
+        a causal model's last real token never sees the padding after it (left padding between
+        prefix and segment would decay the recurrent state). Returns the extended cache (whole
+        only where no row was padded) and the next-token logits at each segment's last token."""
+        n, longest, length = len(segments), max(len(s) for s in segments), parents[0].length
+        ids = torch.full((n, longest), self.pad_token_id, dtype=segments[0].dtype, device=segments[0].device)
         mask = torch.zeros((n, length + longest), dtype=torch.long, device=ids.device)
         mask[:, :length] = 1
-        for row, suffix in enumerate(suffixes):
-            ids[row, : len(suffix)] = suffix
-            mask[row, length: length + len(suffix)] = 1
+        for row, segment in enumerate(segments):
+            ids[row, : len(segment)] = segment
+            mask[row, length: length + len(segment)] = 1
         positions = torch.arange(length, length + longest, device=ids.device)
-        kwargs = {}
-        if deltas is not None:  # multimodal rope: text after the image continues from the prefix's offset
-            kwargs["position_ids"] = positions.view(1, 1, -1).expand(3, n, -1) + deltas.reshape(1, -1, 1)[:, :1].to(ids.device)
-        last = torch.tensor([len(s) - 1 for s in suffixes], device=ids.device)
+        rope = {}
+        if parents[0].delta is not None:  # multimodal rope: text after the image continues from each row's offset
+            deltas = torch.stack([p.delta for p in parents]).to(ids.device)
+            rope["position_ids"] = positions.view(1, 1, -1).expand(3, n, -1) + deltas.view(1, -1, 1)
+        last = torch.tensor([len(s) - 1 for s in segments], device=ids.device)
         keep, where = torch.unique(last, return_inverse=True)  # logits only where some row ends
+        cache = gather_cache([(p.bank, p.row) for p in parents])
         with torch.inference_mode():
-            out = self.model(input_ids=ids, attention_mask=mask, cache_position=positions, use_cache=True, logits_to_keep=keep,
-                             **{self.cache_arg: expand_cache(cache, n)}, **kwargs)
-        picked = out.logits[torch.arange(n, device=ids.device), where]
-        return list(picked.float())
+            result = self.model(input_ids=ids, attention_mask=mask, cache_position=positions, use_cache=True, logits_to_keep=keep,
+                                **{self.cache_arg: cache}, **rope)
+        picked = result.logits[torch.arange(n, device=ids.device), where]
+        return getattr(result, self.cache_arg), list(picked.float())
