@@ -109,9 +109,20 @@ def requests_per_step(text: str) -> dict[str, int]:
 
 
 requests_per_step.__name__ = "list of kind:count"
+
+
+def share(value: str) -> float:
+    """`hybrid_share=0.6`: a share of requests."""
+    number = float(value)
+    if not 0.0 <= number <= 1.0:
+        raise ValueError(value)
+    return number
+
+
+share.__name__ = "number between 0 and 1"
 ALLOWED = {"train": {"out": str, "seconds": float, "seed": int, "threads": int, "lr": float, "init": str,
                      "warmup_seconds": float, "position_weight": float, "type_weights": weights_of_types,
-                     "per_step": requests_per_step, "hybrid_share": float, "negbench_share": float},
+                     "per_step": requests_per_step, "hybrid_share": share, "negbench_share": share},
            "evaluate": {"backbone": str, "n_per_type": int, "seed": int, "out": str}}
 
 

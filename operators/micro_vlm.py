@@ -374,6 +374,9 @@ def train(
     import torch
     import torch.nn.functional as F
 
+    for name, share in (("hybrid_share", hybrid_share), ("negbench_share", negbench_share)):
+        if not 0.0 <= share <= 1.0:
+            raise ValueError(f"{name} is a share of requests, between 0 and 1; got {share}")
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     if init is not None:  # its own tokenizer: one trained again (another seed or corpus) numbers words differently

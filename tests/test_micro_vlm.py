@@ -137,6 +137,18 @@ def test_the_evaluate_job_prints_and_writes_its_three_tables(tmp_path, capsys):
     assert printed.count("floors:") == 2 and "heldout_hybrid (micro, engine hf):" in printed
 
 
+def test_the_train_job_refuses_shares_outside_zero_to_one_before_training(tmp_path, capsys):
+    from jobs.micro_vlm import main
+    from operators.micro_vlm import train
+
+    for arg in ("negbench_share=1.5", "hybrid_share=-0.1", "hybrid_share=half"):
+        assert main(["train", arg, f"out={tmp_path}"]) == 2
+        assert arg.partition("=")[0] in capsys.readouterr().err
+    with pytest.raises(ValueError, match="negbench_share"):  # the Python API checks too
+        train(tmp_path, {}, negbench_share=2.0)
+    assert not any(tmp_path.iterdir())
+
+
 def test_reading_the_other_answer_token_breaks_the_floors(engine):
     eng, _ = engine
     eng.yes_ids, eng.no_ids = eng.no_ids, eng.yes_ids
