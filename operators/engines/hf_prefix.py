@@ -3,9 +3,9 @@ the question (the chat header, the image's tokens), and caption-only questions a
 share the header, the instruction and the quoted caption; that prefix is run through the model
 once and only each question's suffix runs against the cached state. Within a group, prompts
 that share more (an image's questions share their instruction, which its holistic prompt words
-otherwise) run that part once more from a copy of the state. Every pass batches the rows of all
-groups that are equally far in: on a CPU a pass pays for reading the weights (~0.3 s for a
-0.8B model) however few its rows.
+otherwise) run that part once more from a copy of the state. Every pass batches the rows of up
+to `batch_size` groups that are equally far in: on a CPU a pass pays for reading the weights
+(~0.3 s for a 0.8B model) however few its rows.
 
 vLLM does this with its prefix cache; the hf engine did the image's (or caption's) work again for
 every question (the demo asks 5-10 per image). The cached state is whatever the model's cache holds:
@@ -155,8 +155,9 @@ class PrefixScorer:
     """Runs the groups' shared prefixes once each, then what follows them, level by level: rows
     of a group whose rests share a start again (an image's questions, beside its holistic prompt
     worded otherwise) extend a copy of the cache by that start; the last level runs each
-    prompt's own suffix. Each level's passes batch rows of all groups that have the same length
-    so far (on a CPU a forward pass costs ~0.3 s for the weights it reads, whatever its rows)."""
+    prompt's own suffix. Up to `batch_size` groups whose prefixes are equally long go together,
+    and each level's passes batch their rows that are equally far in (on a CPU a forward pass
+    costs ~0.3 s for the weights it reads, whatever its rows)."""
 
     def __init__(self, model, pad_token_id: int, batch_size: int):
         self.model, self.pad_token_id, self.batch_size = model, pad_token_id, batch_size
@@ -175,7 +176,8 @@ class PrefixScorer:
             if start is not None:
                 starts.append((g, *start))
                 out[g] = [None] * len(start[1])
-        nodes: list[Node] = []
+        # `batch_size` groups of one prefix length at a time, each run to its end: the cached
+        # states alive at once are theirs (a row of Qwen3.5-0.8B's is ~20 MB)
         for chunk in buckets(starts, lambda s: (s[1], "pixel_values" in s[3]), self.batch_size):
             batch = {k: torch.cat([prefix[k] for _, _, _, prefix in chunk]) for k in chunk[0][3]}
             length = chunk[0][1]
@@ -185,10 +187,10 @@ class PrefixScorer:
             deltas = None
             if hasattr(self.model.model, "rope_deltas"):  # text only: no offset (the model keeps the last image's)
                 deltas = self.model.model.rope_deltas.reshape(-1) if "pixel_values" in batch else torch.zeros(len(chunk), dtype=torch.long)
-            nodes += [Node(bank, i, length, None if deltas is None else deltas[i], [r[length:] for r in rows], [(g, k) for k in range(len(rows))])
-                      for i, (g, _, rows, _) in enumerate(chunk)]
-        while nodes:
-            nodes = self._level(nodes, out)
+            nodes = [Node(bank, i, length, None if deltas is None else deltas[i], [r[length:] for r in rows], [(g, k) for k in range(len(rows))])
+                     for i, (g, _, rows, _) in enumerate(chunk)]
+            while nodes:
+                nodes = self._level(nodes, out)
         return out
 
     def _prefix(self, inputs) -> tuple[int, list[torch.Tensor], dict] | None:
