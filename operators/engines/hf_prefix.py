@@ -131,6 +131,16 @@ class Bank:
 
 
 @dataclass
+class Prefix:
+    """What group `group`'s prompts (`rows`, unpadded) share: `length` tokens, as model inputs."""
+
+    group: int
+    length: int
+    rows: list[torch.Tensor]
+    inputs: dict
+
+
+@dataclass
 class Node:
     """Prompts that go on from one cached state: row `row` of `bank`, `length` tokens in; each
     rest goes to `targets` (group, prompt in the group)."""
@@ -170,32 +180,27 @@ class PrefixScorer:
         per group the next-token logits at each prompt's last token, or None where the group
         cannot share (its image is not entirely inside the common prefix)."""
         out: list[list[torch.Tensor] | None] = [None] * len(groups)
-        starts = []
-        for g, inputs in enumerate(groups):
-            start = self._prefix(inputs)
-            if start is not None:
-                starts.append((g, *start))
-                out[g] = [None] * len(start[1])
+        starts = [start for start in (self._prefix(g, inputs) for g, inputs in enumerate(groups)) if start is not None]
+        for start in starts:
+            out[start.group] = [None] * len(start.rows)
         # `batch_size` groups of one prefix length at a time, each run to its end: the cached
         # states alive at once are theirs (a row of Qwen3.5-0.8B's is ~20 MB)
-        for chunk in buckets(starts, lambda s: (s[1], "pixel_values" in s[3]), self.batch_size):
-            batch = {k: torch.cat([prefix[k] for _, _, _, prefix in chunk]) for k in chunk[0][3]}
-            length = chunk[0][1]
+        for chunk in buckets(starts, lambda s: (s.length, "pixel_values" in s.inputs), self.batch_size):
+            batch = {k: torch.cat([start.inputs[k] for start in chunk]) for k in chunk[0].inputs}
             with torch.inference_mode():
                 result = self.model(**batch, use_cache=True, logits_to_keep=1)
             bank = Bank(getattr(result, self.cache_arg), len(chunk))  # result.past_key_values warns on transformers >= 5.24
-            deltas = None
+            deltas = [None] * len(chunk)
             if hasattr(self.model.model, "rope_deltas"):  # text only: no offset (the model keeps the last image's)
                 deltas = self.model.model.rope_deltas.reshape(-1) if "pixel_values" in batch else torch.zeros(len(chunk), dtype=torch.long)
-            nodes = [Node(bank, i, length, None if deltas is None else deltas[i], [r[length:] for r in rows], [(g, k) for k in range(len(rows))])
-                     for i, (g, _, rows, _) in enumerate(chunk)]
+            nodes = [Node(bank, i, s.length, deltas[i], [r[s.length:] for r in s.rows], [(s.group, k) for k in range(len(s.rows))])
+                     for i, s in enumerate(chunk)]
             while nodes:
                 nodes = self._level(nodes, out)
         return out
 
-    def _prefix(self, inputs) -> tuple[int, list[torch.Tensor], dict] | None:
-        """A group's shared prefix: its length, the group's rows (unpadded) and the model inputs
-        of the prefix alone; None when the image is not all inside it."""
+    def _prefix(self, group: int, inputs) -> Prefix | None:
+        """A group's shared prefix; None when the image is not all inside it."""
         mask = inputs["attention_mask"].bool()
         rows = [inputs["input_ids"][r][mask[r]] for r in range(len(mask))]
         length = common_prefix_length(rows)
@@ -208,7 +213,7 @@ class PrefixScorer:
                 return None
             prefix["image_grid_thw"] = inputs["image_grid_thw"][:1]
             prefix["pixel_values"] = inputs["pixel_values"][: int(inputs["image_grid_thw"][0].prod())]  # the first prompt's patches
-        return length, rows, prefix
+        return Prefix(group, length, rows, prefix)
 
     def _level(self, nodes: list[Node], out: list) -> list[Node]:
         """One level: the extensions of every node's subgroups (returned as the next level's
