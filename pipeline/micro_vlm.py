@@ -67,8 +67,8 @@ def heldout_requests(n_per_type: int, seed: int = 0) -> list[W.WorldRequest]:
 
 
 def hybrid_requests(n: int, seed: int = 0) -> list[W.WorldRequest]:
-    """Held-out caption-only requests about hybrid captions ("a star and no circle"): the kind
-    the caption-only floor is missed on (a thing stated beside a thing denied)."""
+    """Held-out caption-only requests about hybrid captions ("a star and no circle"): a thing
+    stated beside a thing denied, the hardest kind for the caption-only answers (0.94 now)."""
     sampler = W.WorldSampler(seed, "heldout")
     return [sampler.request("caption", template="hybrid") for _ in range(n)]
 
