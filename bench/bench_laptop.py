@@ -21,15 +21,14 @@ Measured on the 2-core build machine, quiet (2026-12-06):
 
 | run | plain | reuse | reuse, every core |
 |---|---|---|---|
-| --whole (486 requests) | 785 s (0.62/s), job 13.4 min | | 233 s (2.09/s, **3.37x**), job 4.3 min |
+| --whole (486 requests) | 761 s (0.64/s), job 13.0 min | | 236 s (2.06/s, **3.22x**), job 4.3 min |
 | --groups 6 (122: 84 image questions about 18 images, 18 holistic, 20 caption-only about 4 captions), reuse as first shipped | 0.59/s | 0.96/s (1.61x) | 1.57/s (2.64x) |
 
 Answers agree with the plain variant's within 5.6e-6 in log-probability. The whole preset's fixed
-costs are amortised over 4x the requests, hence its higher ratio. (The --whole row's plain run is
-the first one's, taken again with --plain-from: the plain path is untouched by reuse's changes.
-Reuse as first shipped, one group's passes at a time, gave 276 s, 2.85x; batching every group's
-passes of one length and sharing an image's questions' instruction beside its holistic prompt
-made it 233 s. An earlier 640-token BPE cut the templates' words into pieces and made every
+costs are amortised over 4x the requests, hence its higher ratio. (Both --whole runs in one
+invocation. Against an earlier plain run of 785 s: reuse as first shipped, one group's passes at a
+time, gave 276 s, 2.85x; batching the passes of groups of one length and sharing an image's
+questions' instruction beside its holistic prompt gave 233 s, 3.37x. An earlier 640-token BPE cut the templates' words into pieces and made every
 prompt ~35 tokens longer: 0.40 -> 0.61/s there, reuse alone, shared machine.)
 
 Where the time goes (one thread, a part of 32 requests: 4 images, each with ~6 questions and its
