@@ -18,7 +18,14 @@ import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from operators.engines.base import Prompt
-from operators.engines.hf_prefix import MIN_SHARED_TOKENS, PrefixScorer, shared_image_groups, shared_text_groups, supports_reuse
+from operators.engines.hf_prefix import (
+    MIN_SHARED_TOKENS,
+    PrefixScorer,
+    first_image_only,
+    shared_image_groups,
+    shared_text_groups,
+    supports_reuse,
+)
 from operators.engines.spec import BackboneSpec
 from operators.engines.yesno import multi_token_spellings, render_prompt, yes_no_logprobs, yes_no_token_ids
 from operators.images import fit_pixels
@@ -104,7 +111,7 @@ class HFEngine:
     def _score_shared(self, prompts: Sequence[Prompt], groups: list[list[int]], out: np.ndarray) -> list[int]:
         """Each image's (or caption's) questions through their shared prefix, all groups' passes
         batched together; returns the prompts of groups that cannot share it."""
-        encoded = [self._encode([prompts[i] for i in group]) for group in groups]
+        encoded = [first_image_only(self._encode([prompts[i] for i in group])) for group in groups]
         unshared: list[int] = []
         for group, inputs, logits in zip(groups, encoded, self.prefix_scorer.last_logits(encoded), strict=True):
             if logits is None:

@@ -97,6 +97,16 @@ def common_prefix_length(rows: Sequence[torch.Tensor]) -> int:
     return limit
 
 
+def first_image_only(inputs):
+    """A group's processor output keeping only its first prompt's image patches: the group's
+    prompts share the image, and the prefix pass needs it once (the others' copies would only
+    hold memory while the other groups are encoded)."""
+    if "image_grid_thw" in inputs:
+        inputs["pixel_values"] = inputs["pixel_values"][: int(inputs["image_grid_thw"][0].prod())].clone()
+        inputs["image_grid_thw"] = inputs["image_grid_thw"][:1]
+    return inputs
+
+
 def gather_cache(rows: Sequence[tuple[Bank, int]]):
     """A new cache whose i-th row is row `rows[i][1]` of bank `rows[i][0]` (banks of one model,
     the same length). Works on the cache layers' own tensors: the key and value tensors of
