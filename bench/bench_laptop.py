@@ -28,8 +28,9 @@ Answers agree with the plain variant's within 5.6e-6 in log-probability. The who
 costs are amortised over 4x the requests, hence its higher ratio. (Both --whole runs in one
 invocation. Against an earlier plain run of 785 s: reuse as first shipped, one group's passes at a
 time, gave 276 s, 2.85x; batching the passes of groups of one length and sharing an image's
-questions' instruction beside its holistic prompt gave 233 s, 3.37x. An earlier 640-token BPE cut the templates' words into pieces and made every
-prompt ~35 tokens longer: 0.40 -> 0.61/s there, reuse alone, shared machine.)
+questions' instruction beside its holistic prompt gave 233 s, 3.37x. An earlier 640-token BPE
+cut the templates' words into pieces and made every prompt ~35 tokens longer: 0.40 -> 0.61/s
+there, reuse alone, shared machine.)
 
 Where the time goes (one thread, a part of 32 requests: 4 images, each with ~6 questions and its
 holistic prompt): an image prompt is ~103 tokens, of which the chat header and the image's 64

@@ -98,10 +98,11 @@ def common_prefix_length(rows: Sequence[torch.Tensor]) -> int:
 
 
 def first_image_only(inputs):
-    """A group's processor output keeping only its first prompt's image patches: the group's
-    prompts share the image, and the prefix pass needs it once (the others' copies would only
-    hold memory while the other groups are encoded)."""
-    if "image_grid_thw" in inputs:
+    """A group's processor output keeping only its first prompt's image patches (Qwen-VL layout:
+    every prompt's patches in one tensor): the group's prompts share the image, and the prefix
+    pass needs it once (the others' copies would only hold memory while the other groups are
+    encoded). Keeping them already trimmed changes nothing."""
+    if "image_grid_thw" in inputs and len(inputs["image_grid_thw"]) > 1:
         inputs["pixel_values"] = inputs["pixel_values"][: int(inputs["image_grid_thw"][0].prod())].clone()
         inputs["image_grid_thw"] = inputs["image_grid_thw"][:1]
     return inputs
@@ -221,8 +222,8 @@ class PrefixScorer:
         if len(image_at):  # an image prompt: the image must lie inside the prefix
             if int(image_at.max()) >= length or "image_grid_thw" not in inputs:  # Qwen-VL layouts: all patches in one tensor
                 return None
-            prefix["image_grid_thw"] = inputs["image_grid_thw"][:1]
-            prefix["pixel_values"] = inputs["pixel_values"][: int(inputs["image_grid_thw"][0].prod())]  # the first prompt's patches
+            first = first_image_only(inputs)
+            prefix["image_grid_thw"], prefix["pixel_values"] = first["image_grid_thw"], first["pixel_values"]
         return Prefix(group, length, rows, prefix)
 
     def _level(self, nodes: list[Node], out: list) -> list[Node]:
