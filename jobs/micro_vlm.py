@@ -1,7 +1,14 @@
 r"""Train or measure the built-in micro VLM (builtin:micro-vlm):
 
-    python jobs/micro_vlm.py train [out=operators/weights/micro_vlm] [seconds=2400] [seed=0]
+    python jobs/micro_vlm.py train out=DIR [seconds=2400] [seed=0] [checkpoint_minutes=10]
     python jobs/micro_vlm.py evaluate [backbone=micro] [n_per_type=200] [seed=0] [out=DIR]
+
+`train` needs `out=`: a folder of your own, or `out=builtin` to replace the shipped weights
+(operators/weights/micro_vlm, inside the installed package), which nothing else writes. Every
+argument is checked and `out` is written to before training starts (a bad value: one line, exit
+2; a folder that cannot be written: one line, exit 4). Every `checkpoint_minutes` the model is
+saved to out/checkpoint (float32), so a kill or a failed final save loses minutes, not the run:
+`init=DIR/checkpoint` continues from it; the checkpoint is removed once the final model is saved.
 
 `train` runs the recipe of operators/micro_vlm.py: a Qwen3-VL (1,219,008 parameters, text head_dim
 32) trained on fresh draws of the demo world's three yes/no request kinds, saved with save_pretrained
@@ -25,7 +32,7 @@ with other jobs):
     python jobs/micro_vlm.py train init=/tmp/micro-4 out=/tmp/micro-5 seconds=2100 threads=1 seed=5 lr=0.0003 warmup_seconds=0 \
         position_weight=1 type_weights=existence:0.5,attribute:1.5,count:1,negation:1.5,spatial:2 \
         per_step=image:64,caption:48,holistic:24 hybrid_share=0.6 negbench_share=0.5
-    python jobs/micro_vlm.py train init=/tmp/micro-5 seconds=2100 threads=1 seed=6 lr=0.0002 warmup_seconds=0 \
+    python jobs/micro_vlm.py train init=/tmp/micro-5 out=builtin seconds=2100 threads=1 seed=6 lr=0.0002 warmup_seconds=0 \
         position_weight=1 type_weights=existence:0.5,attribute:1.5,count:1,negation:1.5,spatial:2 \
         per_step=image:64,caption:48,holistic:24 hybrid_share=0.6 negbench_share=0.7
 
@@ -81,9 +88,18 @@ from pathlib import Path
 if not __package__:  # run as a file (python jobs/<job>.py): this checkout's code, from a fresh clone
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from operators.micro_vlm import check_train_options, check_writable  # noqa: E402
+from pipeline.cli import InputError, guarded  # noqa: E402
 from pipeline.micro_vlm import evaluate_micro_vlm, train_micro_vlm  # noqa: E402
 
-DEFAULT_OUT = str(Path(__file__).resolve().parent.parent / "operators" / "weights" / "micro_vlm")
+BUILTIN_OUT = "builtin"  # out=builtin: the explicit request to replace the shipped weights
+
+
+def shipped_folder() -> str:
+    """Where the package's own micro VLM lives (a clone's operators/weights, or site-packages)."""
+    from operators.tiny_models import SHIPPED
+
+    return str(SHIPPED["builtin:micro-vlm"])
 
 
 def weights_of_types(text: str) -> dict[str, float]:
@@ -129,10 +145,38 @@ def share(value: str) -> float:
 share.__name__ = "number between 0 and 1"
 ALLOWED = {"train": {"out": str, "seconds": float, "seed": int, "threads": int, "lr": float, "init": str,
                      "warmup_seconds": float, "position_weight": float, "type_weights": weights_of_types,
-                     "per_step": requests_per_step, "hybrid_share": share, "negbench_share": share},
+                     "per_step": requests_per_step, "hybrid_share": share, "negbench_share": share,
+                     "checkpoint_minutes": float},
            "evaluate": {"backbone": str, "n_per_type": int, "seed": int, "out": str}}
 
 
+def parse(command: str, rest: list[str]) -> dict:
+    """key=value arguments -> typed values, every one checked; InputError (one line) otherwise."""
+    args = {}
+    for arg in rest:
+        key, sep, value = arg.partition("=")
+        if not sep or key not in ALLOWED[command]:
+            raise InputError(f"unexpected argument {arg!r} for {command} (valid: {', '.join(ALLOWED[command])})")
+        try:
+            args[key] = ALLOWED[command][key](value)
+        except ValueError:
+            raise InputError(f"{key} must be a {ALLOWED[command][key].__name__}, got {value!r}") from None
+    try:
+        if command == "train":
+            if "out" not in args:
+                raise ValueError(f"train needs out=DIR (a folder of your own), or out={BUILTIN_OUT} to replace the shipped "
+                                 f"weights in {shipped_folder()}")
+            if args["out"] == BUILTIN_OUT:
+                args["out"] = shipped_folder()
+            check_train_options(**args)
+        elif args.get("n_per_type", 1) < 1:
+            raise ValueError(f"n_per_type must be a whole number of 1 or more, got {args['n_per_type']}")
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    return args
+
+
+@guarded  # a bad argument: one line, exit 2; an output that cannot be written: one line, exit 4
 def main(argv: list[str]) -> int:
     if not argv or {"-h", "--help"} & set(argv):
         print(__doc__)
@@ -141,19 +185,11 @@ def main(argv: list[str]) -> int:
     if command not in ALLOWED:
         print(f"the first argument must be train or evaluate, got {command!r}", file=sys.stderr)
         return 2
-    args = {}
-    for arg in rest:
-        key, sep, value = arg.partition("=")
-        if not sep or key not in ALLOWED[command]:
-            print(f"unexpected argument {arg!r} for {command} (valid: {', '.join(ALLOWED[command])})", file=sys.stderr)
-            return 2
-        try:
-            args[key] = ALLOWED[command][key](value)
-        except ValueError:
-            print(f"{key} must be a {ALLOWED[command][key].__name__}, got {value!r}", file=sys.stderr)
-            return 2
+    args = parse(command, rest)
+    if "out" in args:
+        check_writable(args["out"])
     if command == "train":
-        report = train_micro_vlm(args.pop("out", DEFAULT_OUT), args.pop("seconds", 2400.0), **args)
+        report = train_micro_vlm(args.pop("out"), args.pop("seconds", 2400.0), **args)
         print(json.dumps({k: v for k, v in report.items() if k != "history"}))
         return 0
     evaluate_micro_vlm(**args)

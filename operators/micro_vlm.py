@@ -31,7 +31,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -340,6 +343,118 @@ def _accuracy(model, encoder: Encoder, requests: Sequence[W.WorldRequest], batch
     return {k: round(sum(v) / len(v), 3) for k, v in by_kind.items()}
 
 
+# ---------------------------------------------------------------------------- arguments and saving
+
+CHECKPOINT = "checkpoint"  # out/checkpoint: the latest float32 model of a run still going (init= continues it)
+
+
+def check_train_options(
+    seconds: float = 2400,
+    threads: int = 2,
+    lr: float = 2e-3,
+    position_weight: float = 0.0,
+    type_weights: Mapping[str, float] | None = None,
+    per_step: Mapping[str, int] | None = None,
+    hybrid_share: float = 0.0,
+    negbench_share: float = 0.0,
+    warmup_seconds: float | None = None,
+    init: str | Path | None = None,
+    checkpoint_minutes: float = 10.0,
+    **_other,
+) -> None:
+    """Refuse, before any work, an argument that would crash training later or train nothing
+    (seconds=0 once saved an untrained model): ValueError naming the argument and the value."""
+
+    def positive(name: str, value: float) -> None:
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be a finite number above 0, got {value}")
+
+    def not_negative(name: str, value: float) -> None:
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+            raise ValueError(f"{name} must be a finite number of 0 or more, got {value}")
+
+    positive("seconds", seconds)
+    positive("lr", lr)
+    positive("checkpoint_minutes", checkpoint_minutes)
+    not_negative("position_weight", position_weight)
+    if warmup_seconds is not None:
+        not_negative("warmup_seconds", warmup_seconds)
+    if not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a whole number of 1 or more, got {threads}")
+    for name, share in (("hybrid_share", hybrid_share), ("negbench_share", negbench_share)):
+        if not (math.isfinite(share) and 0.0 <= share <= 1.0):
+            raise ValueError(f"{name} is a share of requests, between 0 and 1; got {share}")
+    for fact_type, weight in (type_weights or {}).items():
+        if fact_type not in W.FACT_TYPES.values():
+            raise ValueError(f"type_weights: unknown fact type {fact_type!r}; valid: {', '.join(W.FACT_TYPES.values())}")
+        not_negative(f"type_weights {fact_type}", weight)
+    if type_weights and not any(type_weights.get(t, 1.0) > 0 for t in W.FACT_TYPES.values()):
+        raise ValueError("type_weights: at least one fact type needs a weight above 0")
+    if per_step is not None:
+        counts = steps_per_kind(per_step)
+        if not any(counts.values()):
+            raise ValueError(f"per_step must draw at least one request per step, got {dict(per_step)}")
+        if not counts["image"] and (warmup_seconds is None or warmup_seconds > 0):
+            raise ValueError("per_step draws no image requests, which the warm-up trains on alone: give image:N above 0, or warmup_seconds=0")
+    if init is not None:
+        folder = Path(init)
+        if not folder.is_dir():
+            raise ValueError(f"init must be a folder holding a saved model (config.json, *.safetensors), got {str(init)!r}: no such folder")
+        missing = [name for name, there in (("config.json", (folder / "config.json").is_file()),
+                                            ("*.safetensors", any(folder.glob("*.safetensors")))) if not there]
+        if missing:
+            raise ValueError(f"init folder {str(init)!r} holds no saved model (no {' and no '.join(missing)})")
+
+
+def steps_per_kind(per_step: Mapping[str, int]) -> dict[str, int]:
+    """Requests of each kind per step; a kind not named draws none. ValueError for a bad count."""
+    counts = {kind: 0 for kind in W.REQUEST_KINDS}
+    for kind, n in per_step.items():
+        if kind not in counts:
+            raise ValueError(f"per_step: unknown request kind {kind!r}; valid: {', '.join(W.REQUEST_KINDS)}")
+        if not isinstance(n, int) or n < 0:
+            raise ValueError(f"per_step {kind} must be a whole number of 0 or more, got {n}")
+        counts[kind] = n
+    return counts
+
+
+def check_writable(out: str | Path) -> Path:
+    """Create `out` and write a probe file in it, so that an output that cannot be written fails
+    before training rather than after it (OSError naming the path)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    probe = out / f".write-check-{uuid.uuid4().hex}"
+    probe.write_bytes(b"")
+    probe.unlink()
+    return out
+
+
+def _swap_in(staging: Path, final: Path) -> None:
+    """Put the folder `staging` where `final` is: a reader sees the old folder or the new one."""
+    old = final.with_name(f".{final.name}-old")
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        os.rename(final, old)
+    os.rename(staging, final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def save_checkpoint(model, processor, out: str | Path, state: dict) -> Path:
+    """The model in float32 (training goes on from exactly these weights), its processor and
+    `state` (step, seconds trained, the run's options) in out/checkpoint, swapped in whole."""
+    out = Path(out)
+    staging = out / f".{CHECKPOINT}-{uuid.uuid4().hex}"
+    try:
+        staging.mkdir()
+        model.save_pretrained(staging)
+        processor.save_pretrained(staging)
+        (staging / "training.json").write_text(json.dumps(state, indent=1, default=str))
+        _swap_in(staging, out / CHECKPOINT)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out / CHECKPOINT
+
+
 def train(
     out: str | Path,
     templates: Mapping[str, str],
@@ -358,6 +473,7 @@ def train(
     log: Callable[[str], None] = print,
     init: str | Path | None = None,
     eval_every: float = 120,
+    checkpoint_minutes: float = 10.0,
     **model_options,
 ) -> TrainReport:
     """Train from scratch (or from `init`) for `seconds` of wall time; save to `out` in float16.
@@ -370,13 +486,21 @@ def train(
     questions ask about unevenly (default: evenly); `hybrid_share` of caption-only requests come
     from hybrid captions (a thing stated beside a thing denied: "a star and no circle"), and
     `negbench_share` of those in the multiple-choice part's short form (one thing, one denial).
+
+    Every argument is checked and `out` written to before any work (`check_train_options`,
+    `check_writable`). Every `checkpoint_minutes` the model goes to out/checkpoint (float32, with
+    training.json), so a kill or a failed final save loses minutes: `init=out/checkpoint`
+    continues from it. The final save is staged beside `out` and moved in file by file, so a
+    failure while writing leaves the folder's previous model whole; the checkpoint is removed
+    once the final model is saved.
     """
+    check_train_options(seconds=seconds, threads=threads, lr=lr, position_weight=position_weight, type_weights=type_weights,
+                        per_step=per_step, hybrid_share=hybrid_share, negbench_share=negbench_share,
+                        warmup_seconds=warmup_seconds, init=init, checkpoint_minutes=checkpoint_minutes)
+    check_writable(out)
     import torch
     import torch.nn.functional as F
 
-    for name, share in (("hybrid_share", hybrid_share), ("negbench_share", negbench_share)):
-        if not 0.0 <= share <= 1.0:
-            raise ValueError(f"{name} is a share of requests, between 0 and 1; got {share}")
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
     if init is not None:  # its own tokenizer: one trained again (another seed or corpus) numbers words differently
@@ -426,7 +550,7 @@ def train(
     parameters = sum(p.numel() for p in model.parameters())
     log(f"parameters: {parameters:,} (text hidden {hidden}, head_dim {model.config.text_config.head_dim})")
 
-    per_step = dict(per_step or {"image": 64, "caption": 16, "holistic": 32})
+    per_step = {k: n for k, n in steps_per_kind(per_step or {"image": 64, "caption": 16, "holistic": 32}).items() if n}
     warmup_seconds = seconds / 4 if warmup_seconds is None else warmup_seconds
     params = list(model.parameters()) + list(aux.parameters()) + list(focus_head.parameters()) + list(ground_head.parameters())
     params += list(position_head.parameters())
@@ -440,6 +564,10 @@ def train(
     start = time.monotonic()
     step = examples = 0
     next_eval = 0.0
+    next_checkpoint = checkpoint_minutes * 60
+    options = {"seed": seed, "threads": threads, "lr": lr, "position_weight": position_weight, "type_weights": type_weights,
+               "per_step": per_step, "hybrid_share": hybrid_share, "negbench_share": negbench_share,
+               "warmup_seconds": warmup_seconds, "init": init, "seconds": seconds}
     while (elapsed := time.monotonic() - start) < seconds:
         warm = elapsed < warmup_seconds
         progress = elapsed / seconds
@@ -448,7 +576,7 @@ def train(
             group["lr"] = rate
         loss_total = aux_total = 0.0
         opt.zero_grad()
-        kinds = {"image": per_step["image"] * 2} if warm else per_step
+        kinds = {"image": per_step["image"] * 2} if warm else per_step  # check_train_options: image > 0 when there is a warm-up
         size = sum(kinds.values())
         for kind, n in kinds.items():
             requests = [draw(kind) for _ in range(n)]
@@ -492,6 +620,11 @@ def train(
             history.append(row)
             log(json.dumps(row))
             next_eval += eval_every
+        if time.monotonic() - start >= next_checkpoint:
+            where = save_checkpoint(model, processor, out, {"step": step, "examples": examples,
+                                                            "seconds_trained": round(time.monotonic() - start, 1), "options": options})
+            log(f"checkpoint: step {step} in {where} (init={where} continues from it)")
+            next_checkpoint += checkpoint_minutes * 60
     for hook in hooks:
         hook.remove()
     model.eval()
@@ -500,16 +633,27 @@ def train(
     history.append(row)
     log(json.dumps(row))
     save(model, processor, out)
+    shutil.rmtree(Path(out) / CHECKPOINT, ignore_errors=True)
     return TrainReport(time.monotonic() - start, step, examples, parameters, history)
 
 
 def save(model, processor, out: str | Path, dtype: str = "float16") -> Path:
-    """save_pretrained in `dtype` (the auxiliary head is not part of the model: a plain Qwen3-VL)."""
+    """save_pretrained in `dtype` (the auxiliary head is not part of the model: a plain Qwen3-VL).
+
+    Written into a staging folder inside `out` first and moved in file by file, so a save that
+    fails (no space, a kill) leaves `out`'s previous files as they were."""
     import torch
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    model.to(getattr(torch, dtype)).save_pretrained(out)
-    processor.save_pretrained(out)
-    model.float()
+    staging = out / f".saving-{uuid.uuid4().hex}"
+    try:
+        staging.mkdir()
+        model.to(getattr(torch, dtype)).save_pretrained(staging)
+        processor.save_pretrained(staging)
+        for path in sorted(staging.iterdir()):
+            os.replace(path, out / path.name)
+    finally:
+        model.float()
+        shutil.rmtree(staging, ignore_errors=True)
     return out
