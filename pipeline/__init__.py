@@ -13,7 +13,7 @@ configure_allocators()
 
 
 def __getattr__(name: str):
-    if name in ("Scorer", "PairErrors"):
+    if name in ("Scorer", "PairErrors", "BackboneNote"):
         from pipeline import api
 
         return getattr(api, name)

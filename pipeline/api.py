@@ -4,6 +4,13 @@
     scorer = Scorer("qwen3_5-4b", metrics=["depict", "vqascore"])
     scores = scorer(images=["bus.jpg", "cats.png"], texts=["a red bus", "two cats on a sofa"])
 
+A backbone whose scores mean little outside a narrow world (the built-in micro VLM knows only
+the demo's shapes; the smoke model has random weights) says so: its note is the scores'
+`backbone_note` column and `Scorer.note`, and the first call warns once (`BackboneNote`).
+The model itself is checked before the first call does any work: a missing folder, a hub id
+neither cached nor reachable, or an engine whose install extra is missing is one ConfigError
+naming the backbone, the model id and the fix.
+
 This is the sweep's scoring half (`pipeline.scoring.score_items_all_backbones`), not a
 second scoring path: the same stages, prompts, formulas and content-addressed answer
 store, so a pair scored here is never asked again by a sweep or curation run with the
@@ -32,6 +39,7 @@ import shutil
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -43,6 +51,7 @@ import pyarrow as pa
 from operators import schema
 from operators.metrics.decomposed import question_table
 from pipeline.config import ConfigError, ResolvedConfig, join_url, load_config, needs_grounding, refuse_non_writers
+from pipeline.model_guard import require_models
 from pipeline.scoring import Timings, score_items_all_backbones
 from pipeline.stages import ingest
 from pipeline.stages.engine_stage import StageReport
@@ -53,6 +62,12 @@ log = logging.getLogger(__name__)
 
 EXECUTORS = ("auto", "local", "ray")
 BENCHMARK = "pairs"  # the items table's benchmark name for user pairs
+DEFAULT_BACKBONE = "micro"  # the trained model shipped in the package; "smoke" (random weights) only when named
+NOTE_COLUMN = "backbone_note"
+
+
+class BackboneNote(UserWarning):
+    """The scoring backbone's scores mean little outside its domain (or nothing: random weights)."""
 
 
 class PairErrors(ValueError):
@@ -97,8 +112,12 @@ class Pairs:
 class Scorer:
     """One backbone, any metric ids, the shared answer cache.
 
-    backbone: a name in conf/backbones/ (e.g. "qwen3_5-4b"; "smoke" is a tiny random-weight
-    model for trying things out). metrics: any metric ids the sweep accepts. generator:
+    backbone: a name in conf/backbones/ (e.g. "qwen3_5-4b"); the default, "micro", is the
+    built-in model trained on the demo's shape scenes (meaningless on photos; it answers but
+    does not write questions: pass `questions=` for decomposed metrics); "smoke" is a tiny
+    random-weight model for plumbing checks, used only when named. A backbone's config `note`
+    (what its scores mean) is `note`, a `backbone_note` column of every result, and a
+    `BackboneNote` warning on the scorer's first call. metrics: any metric ids the sweep accepts. generator:
     the backbone that writes questions (default: `backbone`); or pass `questions=` to
     `score`. root: where the answer store lives (`<root>/store`, shared with `jobs/sweep.py
     root=...`). executor: "local" (this process), "ray", or "auto" (local up to
@@ -112,7 +131,7 @@ class Scorer:
 
     def __init__(
         self,
-        backbone: str = "smoke",
+        backbone: str = DEFAULT_BACKBONE,
         metrics: Sequence[str] = ("depict", "vqascore"),
         *,
         generator: str | None = None,
@@ -141,6 +160,18 @@ class Scorer:
         self.last: LastRun | None = None
         self._local = LocalExecutor()
         self._lock = threading.RLock()  # one call at a time uses the engine, workers and `last`
+        self._warned = False
+
+    @property
+    def note(self) -> str:
+        """What the scores of this scorer's backbone (and question generator) mean, from their
+        configs' `note` ("" when nothing needs saying)."""
+        notes = dict.fromkeys(b.note for name, b in self.cfg.backbones.items() if b.note and name in (self.backbone, self._generator))
+        return "; ".join(notes)
+
+    @property
+    def _generator(self) -> str:
+        return self.cfg.sweep.questions.generator
 
     @property
     def store(self) -> str:
@@ -179,6 +210,8 @@ class Scorer:
         agreement). out_dir: keep the run's tables there (a run folder the explorer reads).
         """
         strict = self.strict if strict is None else strict
+        require_models(b for name, b in self.cfg.backbones.items() if name == self.backbone or questions is None)
+        self._warn_once()
         pairs = to_pairs(images, captions, cross=cross, image_column=image_column, caption_column=caption_column, images_url=join_url(self.store, "images"))
         keep = out_dir is not None
         run_dir = out_dir or tempfile.mkdtemp(prefix="depict-api-")
@@ -192,7 +225,16 @@ class Scorer:
             bad = scores.filter(pl.col("error").is_not_null()).select("row", pl.col("error").alias("reason"), pl.col("error_detail").alias("detail"))
             if bad.height:
                 raise PairErrors(bad)
+        if self.note:
+            scores = scores.with_columns(pl.lit(self.note).alias(NOTE_COLUMN))
         return (scores, recs) if records else scores
+
+    def _warn_once(self) -> None:
+        with self._lock:
+            if self._warned or not self.note:
+                return
+            self._warned = True
+        warnings.warn(f"backbone {self.backbone!r}: {self.note}", BackboneNote, stacklevel=3)
 
     def close(self) -> None:
         """Release the in-process model (it is loaded again on the next local call); waits

@@ -246,9 +246,11 @@ def evaluate_micro_vlm(backbone: str = "micro", n_per_type: int = 200, seed: int
 
     from operators.engines import load_engine
     from pipeline.config import load_config
+    from pipeline.model_guard import require_models
 
     cfg = load_config([f"backbones=[{backbone}]", *overrides])
     spec = cfg.backbones[backbone]
+    require_models([spec])
     start = time.monotonic()
     engine = load_engine(spec)
     loaded = time.monotonic() - start

@@ -16,12 +16,13 @@ from __future__ import annotations
 import os
 import posixpath
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
 
-from pipeline.api import Scorer
+from pipeline.api import BackboneNote, Scorer
 from pipeline.runtime import git_commit, library_versions
 from pipeline.store import parts as st
 
@@ -100,9 +101,11 @@ def run_pairs(job: PairsJob) -> tuple[pl.DataFrame, str]:
     )
     out = job.out_dir
     start = time.perf_counter()
-    scores, records = scorer.score(
-        pairs, image_column=job.image, caption_column=job.caption, questions=questions, records=True, strict=job.strict, out_dir=out
-    )
+    with warnings.catch_warnings():  # the summary prints the backbone's note as its NOTE line
+        warnings.simplefilter("ignore", BackboneNote)
+        scores, records = scorer.score(
+            pairs, image_column=job.image, caption_column=job.caption, questions=questions, records=True, strict=job.strict, out_dir=out
+        )
     scores = scores.rename({"image": job.image, "caption": job.caption})  # the file's own column names
     st.write_table(f"{out}/pair_scores.parquet", scores.to_arrow())
     st.write_bytes_atomic(f"{out}/pair_scores.csv", _flat(scores).write_csv().encode())
@@ -145,7 +148,7 @@ def summary_text(job: PairsJob, scorer: Scorer, scores: pl.DataFrame, out: str) 
     else:
         lines.append("errors: none")
     lines += ["", f"outputs: {out}/  (pair_scores.parquet/.csv, pair_records.parquet, summary.txt, manifest.json)",
-              f"explore: python jobs/explore.py run={out}", f"answer cache: {scorer.store}/"]
+              f"explore: depict explore run={out}", f"answer cache: {scorer.store}/"]
     return "\n".join(lines)
 
 

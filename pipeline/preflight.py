@@ -26,6 +26,7 @@ from operators.hashing import image_hash
 from operators.images import decode_image, read_image_bytes
 from operators.preflight import EngineRun, agreement, score_timed
 from pipeline.config import ResolvedConfig
+from pipeline.model_guard import require_models
 from pipeline.stages import ingest
 
 log = logging.getLogger(__name__)
@@ -176,6 +177,7 @@ def _compare_with_hf(spec: BackboneSpec, prompts, run: EngineRun, result: Backbo
 
 def run_preflight(cfg: ResolvedConfig, options: PreflightOptions) -> tuple[str, bool]:
     """Check every backbone of `cfg`; returns (report text, every check passed)."""
+    require_models(cfg.backbones[name] for name in cfg.sweep.backbones)  # a model that is not there: one line, before any load
     results = []
     for name in cfg.sweep.backbones:
         spec = cfg.backbones[name]

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from operators import schema
 from pipeline.config import ResolvedConfig, check_benchmark_folders
+from pipeline.model_guard import require_models
 from pipeline.runtime import MemoryLimits, ensure_ray, git_commit, joins_cluster, library_versions, refuse_unshared_paths
 from pipeline.scoring import Timings, remove_scratch, score_items_windowed
 from pipeline.stages import ingest
@@ -54,6 +55,7 @@ def run_sweep(cfg: ResolvedConfig) -> RunResult:
     """
     s = cfg.sweep
     check_benchmark_folders(cfg)  # a mistyped data_root fails here, before Ray starts
+    require_models(cfg.backbones.values())  # a missing model or engine extra: one line in seconds, not minutes in a worker
     if joins_cluster(s.compute.address):  # a cluster may have several nodes: check paths before the first file
         start_ray(cfg)
     with Lease(cfg.run_dir, what=f"sweep {s.run_name}", ttl_s=s.lease.ttl_s, force=s.lease.force) as lease:
@@ -203,7 +205,7 @@ def summary_text(cfg: ResolvedConfig, result: RunResult) -> str:
     lines.append("")
     extra = (", evidence/" if cfg.sweep.evidence.enabled else "") + (", judge/" if any(r.stage == "judge" for r in result.reports) else "")
     lines.append(f"outputs: {result.run_dir}/  (items, questions, scores/, records/{extra}, statistics, deltas, errors, manifest.json)")
-    lines.append(f"tables and figures: python jobs/tables.py run={result.run_dir}")
+    lines.append(f"tables and figures: depict tables run={result.run_dir}")
     lines.append(f"answer cache: {cfg.sweep.store}/")
     return "\n".join(lines)
 

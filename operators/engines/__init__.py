@@ -6,6 +6,9 @@ pulls in neither torch nor vllm (the pipeline imports it on CPU-only drivers).
 from __future__ import annotations
 
 import importlib
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from operators.engines.base import Engine, Prompt
 from operators.engines.spec import BackboneSpec
@@ -25,8 +28,30 @@ def load_engine(spec: BackboneSpec) -> Engine:
             f"backbone {spec.name!r}: unknown engine {spec.engine!r}; valid engines: {sorted(ENGINES)}"
         )
     module_name, class_name = target.split(":")
-    engine_class = getattr(importlib.import_module(module_name), class_name)
-    return engine_class(spec)
+    with quiet_loading(spec.engine != "scripted"):
+        engine_class = getattr(importlib.import_module(module_name), class_name)
+        return engine_class(spec)
 
 
-__all__ = ["ENGINES", "BackboneSpec", "Engine", "Prompt", "load_engine"]
+@contextmanager
+def quiet_loading(loads_weights: bool = True) -> Iterator[None]:
+    """Transformers' and the hub's progress bars ("Loading weights") off while a model loads:
+    in a notebook or service that imported transformers before any job could quiet it, they
+    are noise between the caller's own lines. DEPICT_VERBOSE=1 (a job's --verbose) keeps them."""
+    if not loads_weights or os.environ.get("DEPICT_VERBOSE", "") not in ("", "0", "false"):
+        yield
+        return
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+    from transformers.utils import logging as transformers_logging
+
+    bars_were_on, hub_bars_were_on = transformers_logging.is_progress_bar_enabled(), not are_progress_bars_disabled()
+    transformers_logging.disable_progress_bar()  # the hub's too
+    try:
+        yield
+    finally:
+        if bars_were_on:
+            transformers_logging.enable_progress_bar()
+        (enable_progress_bars if hub_bars_were_on else disable_progress_bars)()
+
+
+__all__ = ["ENGINES", "BackboneSpec", "Engine", "Prompt", "load_engine", "quiet_loading"]

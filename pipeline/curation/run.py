@@ -21,6 +21,7 @@ from pipeline.curation.rows import evidence_table, locate_image_errors, pairs_ca
 from pipeline.curation.rule import Rule, apply_rule
 from pipeline.curation.shards import Shard, ShardError, current_version, discover
 from pipeline.curation.windows import compact_stores, merge_reports, plan_windows, shard_row_counts
+from pipeline.model_guard import require_models
 from pipeline.runtime import MemoryLimits, ensure_ray, joins_cluster, refuse_unshared_paths
 from pipeline.scoring import score_items_all_backbones
 from pipeline.stages import ingest
@@ -47,6 +48,8 @@ def start_ray(c: CurationConfig) -> None:
 def run_curation(cfg: ResolvedConfig) -> CurationResult:
     """Process the new or changed shards (or, with decide_only, re-decide every shard)."""
     c: CurationConfig = cfg.sweep  # type: ignore[assignment]
+    if not c.decide_only:  # deciding again reads stored scores only: no model is loaded
+        require_models(cfg.backbones.values())
     if joins_cluster(c.compute.address):  # a cluster may have several nodes: check its paths before any work
         start_ray(c)
     with output_lease(c) as lease:
