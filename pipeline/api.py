@@ -36,6 +36,7 @@ import logging
 import math
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -234,7 +235,10 @@ class Scorer:
             if self._warned or not self.note:
                 return
             self._warned = True
-        warnings.warn(f"backbone {self.backbone!r}: {self.note}", BackboneNote, stacklevel=3)
+        level, frame = 1, sys._getframe(0)
+        while frame.f_back is not None and frame.f_code.co_filename == __file__:  # point at the caller's line, not ours
+            frame, level = frame.f_back, level + 1
+        warnings.warn(f"backbone {self.backbone!r}: {self.note}", BackboneNote, stacklevel=level)
 
     def close(self) -> None:
         """Release the in-process model (it is loaded again on the next local call); waits
