@@ -123,3 +123,13 @@ def test_folders_builtins_and_scripted_engines(tmp_path):
     assert model_check.model_problem(BackboneSpec(name="b", model_id="builtin:tiny-vlm", engine="hf")) is None
     assert "unknown builtin" in model_check.model_problem(BackboneSpec(name="b", model_id="builtin:nope", engine="hf"))[1]
     assert model_check.model_problem(BackboneSpec(name="b", model_id="/nowhere", engine="scripted")) is None
+
+
+def test_curation_refuses_a_missing_model_before_any_work(tmp_path):
+    (tmp_path / "in").mkdir()
+    done, seconds = _job([str(REPO / "jobs/curate.py"), "curation=smoke", "backbones=[smoke]", f"inputs=[{tmp_path / 'in'}/]", f"root={tmp_path / 'out'}",
+                          f"backbone_overrides.smoke.model_id={tmp_path / 'gone'}"], tmp_path)
+    line = _one_line(done)
+    assert done.returncode == 2 and seconds < 60, (done.returncode, seconds)
+    assert "no such folder" in line and str(tmp_path / "gone") in line, line
+    assert not (tmp_path / "out").exists()
