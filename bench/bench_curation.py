@@ -35,7 +35,7 @@ import pipeline  # noqa: E402, F401  first: it sets the allocators before pyarro
 # isort: split
 from curation_shards import pair_rows, tar_samples, write_parquet, write_tar  # noqa: E402
 
-from pipeline.curation.config import load_curation_config  # noqa: E402
+from pipeline.curation.curation_config import load_curation_config  # noqa: E402
 from pipeline.curation.run import run_curation  # noqa: E402
 from pipeline.runtime import ensure_ray  # noqa: E402
 

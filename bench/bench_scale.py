@@ -80,7 +80,7 @@ def own_rows_per_part(code: Path) -> int:
 
 
 def _curate(root: Path, inputs: Path, name: str, rows_per_part: int, extra: list[str]):
-    from pipeline.curation.config import load_curation_config
+    from pipeline.curation.curation_config import load_curation_config
     from pipeline.curation.run import run_curation
 
     part = [f"compute.rows_per_part={rows_per_part}"]
@@ -292,7 +292,7 @@ def one_case(args) -> dict:
 
 def actor_case(args, root: Path, work: Path) -> dict:
     """`--actor-only`: the answer actor's figures alone, on the first shard's items (no curation run)."""
-    from pipeline.curation.config import load_curation_config
+    from pipeline.curation.curation_config import load_curation_config
 
     cfg = load_curation_config(["curation=smoke", f"root={root}", f"inputs=[{args.inputs}/]", "name=actor", "backbones=[zero-cost]",
                                 f"compute.rows_per_part={args.rows_per_part}", "compute.progress_bars=false", *args.set])

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from operators.engines.spec import BackboneSpec
-from operators.judge import JUDGE_KINDS
+from operators.judge_output import JUDGE_KINDS
 from operators.views import FILLS
 
 log = logging.getLogger(__name__)

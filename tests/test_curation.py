@@ -19,7 +19,7 @@ from hypothesis import strategies as hst
 from operators.hashing import image_hash
 from operators.images import read_image_bytes
 from pipeline.config import ConfigError
-from pipeline.curation.config import load_curation_config, scoring_fingerprint
+from pipeline.curation.curation_config import load_curation_config, scoring_fingerprint
 from pipeline.curation.manifest import Manifest
 from pipeline.curation.report import histogram_png
 from pipeline.curation.rule import Rule, apply_rule

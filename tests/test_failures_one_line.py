@@ -32,8 +32,8 @@ import pytest
 
 from operators import schema
 from operators.hashing import content_key
+from operators.image_ingest import hash_images
 from operators.images import ImageError, read_image_bytes, unreachable
-from operators.ingest import hash_images
 from pipeline.cli import EXIT_INTERRUPTED, EXIT_STORAGE, guarded
 from pipeline.store import parts
 from pipeline.store.parts import PartStore

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from scipy import stats as sps
 
 from pipeline.reports import tables as T
-from pipeline.reports.run import BackboneInfo, open_run
+from pipeline.reports.finished_run import BackboneInfo, open_run
 from pipeline.store.run_folder import output_files
 
 BACKBONES = {"qwen3_5-27b": ("qwen3_5", "27B"), "internvl3_5-8b": ("internvl3_5", "8B"), "qwen3_5-4b": ("qwen3_5", "4B")}

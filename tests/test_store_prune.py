@@ -16,7 +16,7 @@ from curation_shards import image_bytes, pair_rows, tar_samples, write_parquet, 
 from operators.images import read_image_bytes, split_byte_range
 from pipeline.curation import prune as store_prune
 from pipeline.curation import run as curation_run
-from pipeline.curation.config import load_curation_config
+from pipeline.curation.curation_config import load_curation_config
 from pipeline.curation.pairs_cache import PAIRS, PairsCache, recorded
 from pipeline.curation.prune import prune_gone_shards
 from pipeline.curation.rows import pairs_cache, read_pairs

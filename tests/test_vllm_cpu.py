@@ -170,7 +170,7 @@ def test_preflight_passes_for_real(vllm_engines, family, monkeypatch, capsys, tm
     sys.path.insert(0, str(REPO / "jobs"))
     import preflight as job
 
-    from pipeline import preflight
+    from pipeline import preflight_checks
 
     engine = vllm_engines[family]
     spec = vllm_spec(family)
@@ -182,7 +182,7 @@ def test_preflight_passes_for_real(vllm_engines, family, monkeypatch, capsys, tm
         engine.spec = dataclasses.replace(engine.spec, assistant_prefix=requested.assistant_prefix)
         return Unclosed(engine)
 
-    monkeypatch.setattr(preflight, "load_engine", shared)
+    monkeypatch.setattr(preflight_checks, "load_engine", shared)
     # random weights: the answer mass is tiny, so only agreement and the report are checked
     code = job.main([f"backbones=[{spec.name}]", "min_mass=0", "min_p5=0", f"root={tmp_path}"])
     out = capsys.readouterr().out

@@ -12,7 +12,7 @@ import polars as pl
 
 from operators import schema
 from pipeline.config import ResolvedConfig
-from pipeline.curation.config import CurationConfig
+from pipeline.curation.curation_config import CurationConfig
 from pipeline.curation.manifest import shard_url
 from pipeline.curation.rule import Rule
 from pipeline.curation.shards import Shard

@@ -11,7 +11,7 @@ import pyarrow as pa
 from operators import schema
 from operators.metrics import yes_probability_expr
 from pipeline.config import ResolvedConfig, join_url
-from pipeline.curation.config import CurationConfig
+from pipeline.curation.curation_config import CurationConfig
 from pipeline.curation.pairs_cache import FOLDER as PAIRS_FOLDER
 from pipeline.curation.pairs_cache import PairsCache
 from pipeline.curation.shards import PAIRS, Shard, read_pairs_task

@@ -12,7 +12,7 @@ import pyarrow as pa
 from operators import schema
 from operators.hashing import digest, keys_digest
 from pipeline.config import ResolvedConfig, join_url
-from pipeline.curation.config import CurationConfig, scoring_fingerprint
+from pipeline.curation.curation_config import CurationConfig, scoring_fingerprint
 from pipeline.curation.manifest import Manifest, shard_url
 from pipeline.curation.prune import reading_packs
 from pipeline.curation.publish import publish, write_shard_tables

@@ -13,8 +13,8 @@ import time
 from collections.abc import Sequence
 
 from pipeline.reports import figures, tables
+from pipeline.reports.finished_run import Run, open_run
 from pipeline.reports.render import RENDERERS
-from pipeline.reports.run import Run, open_run
 from pipeline.store import parts as st
 
 FORMATS = ("md", "tex", "csv")

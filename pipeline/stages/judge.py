@@ -2,7 +2,7 @@
 
 Generations are cached raw in the backbone's generations store (key = backbone fingerprint,
 prompt id, judge kind, image hash, caption, token budget) and parsed here, so a parser fix
-costs no model time. A generation that is not a valid judgement (operators/judge.py) is an
+costs no model time. A generation that is not a valid judgement (operators/judge_output.py) is an
 error row that keeps the raw text, and its item's judge metric is null with the reason:
 never a silent score.
 """
@@ -17,7 +17,7 @@ from operators import schema
 from operators.answering import IMAGE_GENERATION_TEMPLATES
 from operators.engines.spec import BackboneSpec
 from operators.hashing import content_key
-from operators.judge import JudgeError, parse_judgement
+from operators.judge_output import JudgeError, parse_judgement
 from pipeline.config import JUDGE_METRICS, ComputeSpec, PromptSet
 from pipeline.stages.engine_stage import PartSink, StageReport, engine_pool, run_and_read, status_table
 from pipeline.store import parts as st

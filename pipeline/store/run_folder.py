@@ -11,7 +11,7 @@ state:
 - `finish`: after the last output, the manifest says `status: finished` and lists every
   output file with its size and SHA-256.
 
-Readers (`pipeline/reports/run.py`, hence jobs/tables.py) call `require_finished` and
+Readers (`pipeline/reports/finished_run.py`, hence jobs/tables.py) call `require_finished` and
 `Outputs.read`: an unfinished run, a file that is not the one the manifest lists (changed
 after the run finished, e.g. by a second writer) or a listed file that is missing is
 refused with a message naming the run, the file and what to do. Content digests rather

@@ -24,7 +24,7 @@ that folder and keys its answers by the files' hash. How the shipped weights wer
 reach: jobs/micro_vlm.py.
 
 Pure: torch and transformers, no Ray, no pipeline. `jobs/micro_vlm.py train` runs `train` (with
-the prompt templates from conf/prompts); `jobs/micro_vlm.py evaluate` (pipeline/micro_vlm.py)
+the prompt templates from conf/prompts); `jobs/micro_vlm.py evaluate` (pipeline/micro_vlm_training.py)
 measures the result through an engine.
 """
 from __future__ import annotations

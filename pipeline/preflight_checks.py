@@ -19,12 +19,12 @@ import polars as pl
 
 from operators import answer_mass as am
 from operators.answering import ANSWER_TEMPLATES, answer_prompt
+from operators.engine_probe import EngineRun, agreement, score_timed
 from operators.engines import load_engine
 from operators.engines.base import Prompt
 from operators.engines.spec import BackboneSpec
 from operators.hashing import image_hash
 from operators.images import decode_image, read_image_bytes
-from operators.preflight import EngineRun, agreement, score_timed
 from pipeline.config import ResolvedConfig
 from pipeline.stages import ingest
 

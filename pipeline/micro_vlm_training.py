@@ -1,4 +1,4 @@
-"""Training and measuring `builtin:micro-vlm` (operators/micro_vlm.py) with the project's own parts.
+"""Training and measuring `builtin:micro-vlm` (operators/micro_vlm_recipe.py) with the project's own parts.
 
 `train_micro_vlm` runs the recipe with the prompt templates the sweeps use (conf/prompts).
 `evaluate_micro_vlm` answers yes/no requests through an unchanged engine (`hf` or `vllm`, as
@@ -34,7 +34,7 @@ FLOORS = {"image": 0.95, "image_per_type": 0.90, "caption": 0.97, "holistic_auc"
 
 def train_micro_vlm(out: str, seconds: float, seed: int = 0, **options) -> dict:
     """Train the recipe for `seconds` and save it to `out`; returns the training report as a dict."""
-    from operators.micro_vlm import train
+    from operators.micro_vlm_recipe import train
     from pipeline.config import load_config
 
     templates = load_config([]).prompts.templates
