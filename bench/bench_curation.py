@@ -82,7 +82,7 @@ def driver_state() -> dict:
     import pyarrow as pa
     import ray
 
-    from pipeline.store import parts as st
+    from pipeline.store.parts import _INDEXES
 
     gc.collect()
     status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
@@ -97,7 +97,7 @@ def driver_state() -> dict:
         "shmem": mb(status, "RssShmem"),
         "file": mb(status, "RssFile"),
         "arrow": pa.total_allocated_bytes() / 2**20,
-        "indexes": st._INDEXES.nbytes / 2**20,
+        "indexes": _INDEXES.nbytes / 2**20,
         "threads": int(status["Threads"]),
         "objects": len(objects),
         "datasets": names.count("Dataset") + names.count("MaterializedDataset"),

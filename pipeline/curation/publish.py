@@ -9,14 +9,14 @@ from operators import schema
 from pipeline.curation.manifest import shard_url
 from pipeline.curation.shards import Shard, publish_task
 from pipeline.runtime import task_options
-from pipeline.store import parts as st
+from pipeline.store.fs import table_to_parquet_bytes, write_table
 
 
 def write_shard_tables(output: str, shard_id: str, evidence: pl.DataFrame, errors: pl.DataFrame) -> None:
     shard_evidence = evidence.filter(pl.col("shard_id") == shard_id).drop("shard_id")
-    st.write_table(shard_url(output, "evidence", shard_id), shard_evidence.to_arrow())
+    write_table(shard_url(output, "evidence", shard_id), shard_evidence.to_arrow())
     shard_errors = errors.filter(pl.col("benchmark") == shard_id)
-    st.write_table(shard_url(output, "errors", shard_id), schema.conform(shard_errors.to_arrow(), schema.ERRORS))
+    write_table(shard_url(output, "errors", shard_id), schema.conform(shard_errors.to_arrow(), schema.ERRORS))
 
 
 
@@ -31,7 +31,7 @@ def publish(decided: list[tuple[Shard, pl.DataFrame]], output: str) -> pl.DataFr
         [
             {
                 "shard_id": s.shard_id, "uri": s.uri, "format": s.format,
-                "decisions": st.table_to_parquet_bytes(d.to_arrow()),
+                "decisions": table_to_parquet_bytes(d.to_arrow()),
                 "filtered_url": shard_url(output, "filtered", s.shard_id),
                 "decisions_url": shard_url(output, "decisions", s.shard_id),
             }

@@ -501,7 +501,7 @@ def publish_task(batch: pa.Table) -> pa.Table:
     describes what was published). Batch columns: shard_id, uri, format, decisions (Parquet
     bytes), filtered_url, decisions_url. Returns ERRORS rows for shards that failed."""
     from operators.schema import error_table
-    from pipeline.store.parts import write_table
+    from pipeline.store.fs import write_table
 
     problems = []
     for r in batch.to_pylist():

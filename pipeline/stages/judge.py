@@ -20,7 +20,7 @@ from operators.hashing import content_key
 from operators.judge_output import JudgeError, parse_judgement
 from pipeline.config import JUDGE_METRICS, ComputeSpec, PromptSet
 from pipeline.stages.engine_stage import PartSink, StageReport, engine_pool, run_and_read, status_table
-from pipeline.store import parts as st
+from pipeline.store.fs import write_table
 from pipeline.store.parts import PartStore
 
 log = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ def run_judge(
     failed = {r["key"]: f"{r['reason']}: {r['detail']}" for r in report.errors.to_pylist()}
     generations = pl.from_arrow(stored)
     judged, errors = (judge_rows(plan, generations, failed, backbone.name) if plan.height else (pl.from_arrow(JUDGE_TABLE.empty_table()), []))
-    st.write_table(f"{out_dir}/judge/{backbone.name}.parquet", judged.to_arrow())
+    write_table(f"{out_dir}/judge/{backbone.name}.parquet", judged.to_arrow())
     if errors:
         report.errors = pa.concat_tables([report.errors, schema.error_table(errors)])
         report.failed += len(errors)
