@@ -145,9 +145,9 @@ class PeakWhere:
 def probe_windows() -> list[dict]:
     """Print `driver_state()` after each curation window, with where its RSS peaked; returns
     the rows printed."""
-    from pipeline.curation import run as curation_run
+    from pipeline.curation import run
 
-    process_window, rows = curation_run.process_window, []
+    process_window, rows = run.process_window, []
 
     def probed(*args, **kwargs):
         Path("/proc/self/clear_refs").write_text("5")  # VmHWM from here: this window's peak
@@ -160,7 +160,7 @@ def probe_windows() -> list[dict]:
         print(f"window {len(rows):>3}: " + ", ".join(f"{k} {v:,.1f}" if isinstance(v, float) else f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in rows[-1].items()), flush=True)
         return errors
 
-    curation_run.process_window = probed
+    run.process_window = probed
     return rows
 
 

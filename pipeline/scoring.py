@@ -26,11 +26,11 @@ from pipeline.config import (
     judge_kinds,
     required_question_sets,
 )
-from pipeline.stages import questions as qstage
 from pipeline.stages.answers import AnswerReport, answer_store, plan_answers, run_answers
 from pipeline.stages.engine_stage import StageReport
 from pipeline.stages.evidence import run_evidence
 from pipeline.stages.judge import run_judge
+from pipeline.stages.questions import generated_questions, provided_questions
 from pipeline.stages.scores import errors_for_items, question_records, score_items
 from pipeline.store.admin import compact_between_windows
 from pipeline.store.fs import TMP_PREFIX, filesystem, read_table, write_table
@@ -77,14 +77,14 @@ def obtain_questions(items: pl.DataFrame, shipped: pl.DataFrame | None, cfg: Res
     s, q = cfg.sweep, cfg.sweep.questions
     sets = required_question_sets(s)
     if q.source == "benchmark":
-        questions, errors = qstage.provided_questions(items, shipped, sets)
+        questions, errors = provided_questions(items, shipped, sets)
         out.errors.append(errors)
         out.questions = questions
         return {b: questions for b in s.backbones}
     generators = question_generators(s)
     generated = {}
     for name in generators:
-        generated[name], report = qstage.generated_questions(items, sets, cfg.backbones[name], cfg.prompts, s.store, s.compute, q.max_questions)
+        generated[name], report = generated_questions(items, sets, cfg.backbones[name], cfg.prompts, s.store, s.compute, q.max_questions)
         out.reports.append(report)
         out.errors.append(report.errors)
     out.questions = pl.concat(list(generated.values()))

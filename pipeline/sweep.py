@@ -22,7 +22,7 @@ from pipeline.runtime import MemoryLimits, ensure_ray, git_commit, joins_cluster
 from pipeline.scoring import Timings, remove_scratch, score_items_windowed
 from pipeline.stages import ingest
 from pipeline.stages.engine_stage import StageReport
-from pipeline.store import run_folder as runstate
+from pipeline.store import run_folder
 from pipeline.store.fs import write_bytes_atomic, write_table
 from pipeline.store.lease import Lease
 
@@ -77,8 +77,8 @@ def sweep_paths(cfg: ResolvedConfig) -> dict[str, str]:
 def _run(cfg: ResolvedConfig, lease: Lease) -> RunResult:
     s = cfg.sweep
     result = RunResult(run_dir=cfg.run_dir)
-    result.run_id = runstate.new_run_id()
-    runstate.begin(result.run_dir, result.run_id, {"run_dir": result.run_dir, "config": cfg.to_dict()})
+    result.run_id = run_folder.new_run_id()
+    run_folder.begin(result.run_dir, result.run_id, {"run_dir": result.run_dir, "config": cfg.to_dict()})
     clock = result.timings
     error_tables: list[pa.Table] = []
     t_start = time.perf_counter()
@@ -120,7 +120,7 @@ def _run(cfg: ResolvedConfig, lease: Lease) -> RunResult:
     result.timings["total"] = time.perf_counter() - t_start
     write_bytes_atomic(f"{result.run_dir}/summary.txt", summary_text(cfg, result).encode())
     lease.check()  # never mark finished a folder another run has taken over
-    runstate.finish(result.run_dir, result.run_id, manifest(cfg, result))
+    run_folder.finish(result.run_dir, result.run_id, manifest(cfg, result))
     return result
 
 

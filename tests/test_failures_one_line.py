@@ -104,7 +104,6 @@ def test_a_failed_write_of_a_local_file_names_the_file_not_its_temporary(tmp_pat
 
 
 def test_a_full_disk_while_taking_the_lease_names_the_lease_and_leaves_no_empty_lease(tmp_path, monkeypatch, capsys):
-    from pipeline.store import lease as lease_module
 
     real_fdopen = os.fdopen
 
@@ -121,7 +120,7 @@ def test_a_full_disk_while_taking_the_lease_names_the_lease_and_leaves_no_empty_
         def write(self, data):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(lease_module.os, "fdopen", Full)
+    monkeypatch.setattr("pipeline.store.lease.os.fdopen", Full)
     root = _store_with_parts(tmp_path / "store")
     assert _job("store").main(["compact", f"store={root}"]) == EXIT_STORAGE
     lease = tmp_path / "store" / "answers" / "b" / "_lease.json"

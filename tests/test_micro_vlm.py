@@ -12,8 +12,7 @@ import shutil
 
 import pytest
 
-from operators import demo_world as W
-from operators import tiny_models
+from operators import demo_world, tiny_models
 
 FOLDER = tiny_models.SHIPPED["builtin:micro-vlm"]
 
@@ -74,15 +73,15 @@ def test_training_inputs_are_what_the_processor_makes():
     image path, so what the model learned is what an engine shows it."""
     from transformers import AutoProcessor
 
-    from operators import micro_vlm_recipe as M
+    from operators import micro_vlm_recipe
     from pipeline.config import load_config
 
     processor = AutoProcessor.from_pretrained(str(FOLDER))
-    pixels = M.PixelTable(processor.image_processor)
-    sampler = W.WorldSampler(7, "heldout")
+    pixels = micro_vlm_recipe.PixelTable(processor.image_processor)
+    sampler = demo_world.WorldSampler(7, "heldout")
     assert pixels.check([sampler.scene() for _ in range(5)]) == 0.0
-    encoder = M.Encoder(processor, load_config([]).prompts.templates, pixels)
-    for kind in W.REQUEST_KINDS:
+    encoder = micro_vlm_recipe.Encoder(processor, load_config([]).prompts.templates, pixels)
+    for kind in demo_world.REQUEST_KINDS:
         encoder.check([sampler.request(kind), sampler.request(kind)])
 
 
@@ -275,10 +274,10 @@ def test_a_continued_run_keeps_what_its_init_knows(tmp_path):
     """`train init=...` continues the saved model with the saved tokenizer: a run with another
     seed once trained a fresh tokenizer, so every word had another id and the continued model
     started at chance (image 0.55 at its first step, from 0.97)."""
-    from operators import micro_vlm_recipe as M
+    from operators import micro_vlm_recipe
     from pipeline.config import load_config
 
-    report = M.train(tmp_path / "continued", load_config([]).prompts.templates, seconds=0.5, seed=5, threads=1,
+    report = micro_vlm_recipe.train(tmp_path / "continued", load_config([]).prompts.templates, seconds=0.5, seed=5, threads=1,
                      lr=1e-9, init=FOLDER, log=lambda _line: None)
     first = report.history[0]
     assert first["step"] == 1 and first["image"] >= 0.9 and first["caption"] >= 0.85, first

@@ -20,8 +20,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from operators.engines import load_engine
-from operators.engines import vllm_requests as vr
+from operators.engines import load_engine, vllm_requests
 from operators.engines.base import Prompt
 from operators.engines.spec import BackboneSpec
 from tests.vllm_cpu import FAMILIES, NO, YES, Unclosed, vllm_spec
@@ -99,7 +98,7 @@ def _with_token_ids(engine, prompts):
         answers = engine.score_yes_no(prompts)
     finally:
         engine.llm.generate = generate
-    return answers, vr.restore_order([list(o.prompt_token_ids) for o in seen], vr.image_grouped_order(prompts))
+    return answers, vllm_requests.restore_order([list(o.prompt_token_ids) for o in seen], vllm_requests.image_grouped_order(prompts))
 
 
 @pytest.mark.parametrize("family", FAMILIES)

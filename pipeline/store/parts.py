@@ -49,8 +49,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from operators import schema as schema_mod
 from operators.hashing import keys_digest
+from operators.schema import added_later
 from pipeline.store.fs import (
     exists,
     filesystem,
@@ -199,7 +199,7 @@ class PartStore:
             # A part written before a column was added to the schema (operators.schema.ADDED_LATER)
             # reads with that column null; any other missing column makes it a bad part.
             for name in (c for c in columns if c not in table.column_names):
-                if not schema_mod.added_later(self.schema.field(name)):
+                if not added_later(self.schema.field(name)):
                     raise BadPart(path, f"no {name!r} column")
                 table = table.append_column(name, pa.nulls(table.num_rows, self.schema.field(name).type))
             table = table.select(columns).cast(pa.schema([self.schema.field(c) for c in columns]))
@@ -514,7 +514,7 @@ class PartStore:
         if table.num_rows == 0:
             return None
         for field in self.schema:  # a column added to the schema later may be missing: stored null
-            if field.name not in table.column_names and schema_mod.added_later(field):
+            if field.name not in table.column_names and added_later(field):
                 table = table.append_column(field.name, pa.nulls(table.num_rows, field.type))
         table = table.select(self.schema.names).cast(self.schema)
         url = self.part_url(table.column("key"))
