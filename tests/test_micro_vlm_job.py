@@ -135,14 +135,14 @@ class _FailingProcessor:
 
 
 def test_a_failed_final_save_leaves_the_folders_previous_model_whole(tmp_path):
-    from operators import micro_vlm as M
+    from operators import micro_vlm_recipe
 
     out = tmp_path / "model"
     out.mkdir()
     (out / "model.safetensors").write_bytes(b"old weights")
     (out / "tokenizer.json").write_bytes(b"old tokenizer")
     with pytest.raises(OSError):
-        M.save(_Model(), _FailingProcessor(), out)
+        micro_vlm_recipe.save(_Model(), _FailingProcessor(), out)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == {"model.safetensors": b"old weights", "tokenizer.json": b"old tokenizer"}
 
 
@@ -153,7 +153,7 @@ def test_a_run_whose_final_save_fails_keeps_a_checkpoint_to_continue_from(tmp_pa
     import torch
     from safetensors import safe_open
 
-    from operators import micro_vlm as M
+    from operators import micro_vlm_recipe
     from pipeline.config import load_config
 
     templates = load_config([]).prompts.templates
@@ -163,10 +163,10 @@ def test_a_run_whose_final_save_fails_keeps_a_checkpoint_to_continue_from(tmp_pa
     def disk_full(*_args, **_kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(out))
 
-    monkeypatch.setattr(M, "save", disk_full)
+    monkeypatch.setattr(micro_vlm_recipe, "save", disk_full)
     with pytest.raises(OSError):
-        M.train(out, templates, seconds=1.0, threads=1, lr=1e-9, init=FOLDER, checkpoint_minutes=0.001, eval_every=1e9, log=lines.append)
-    checkpoint = out / M.CHECKPOINT
+        micro_vlm_recipe.train(out, templates, seconds=1.0, threads=1, lr=1e-9, init=FOLDER, checkpoint_minutes=0.001, eval_every=1e9, log=lines.append)
+    checkpoint = out / micro_vlm_recipe.CHECKPOINT
     assert any(line.startswith("checkpoint: step") for line in lines), lines
     assert {"config.json", "model.safetensors", "training.json"} <= {p.name for p in checkpoint.iterdir()}
     state = json.loads((checkpoint / "training.json").read_text())
@@ -176,8 +176,8 @@ def test_a_run_whose_final_save_fails_keeps_a_checkpoint_to_continue_from(tmp_pa
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no staging folder left
 
     monkeypatch.undo()
-    M.check_train_options(init=checkpoint)
+    micro_vlm_recipe.check_train_options(init=checkpoint)
     continued = tmp_path / "continued"
-    report = M.train(continued, templates, seconds=0.5, threads=1, lr=1e-9, init=checkpoint, eval_every=1e9, log=lambda _line: None)
+    report = micro_vlm_recipe.train(continued, templates, seconds=0.5, threads=1, lr=1e-9, init=checkpoint, eval_every=1e9, log=lambda _line: None)
     assert report.history[-1]["image"] >= 0.9, report.history[-1]
-    assert (continued / "model.safetensors").is_file() and not (continued / M.CHECKPOINT).exists()
+    assert (continued / "model.safetensors").is_file() and not (continued / micro_vlm_recipe.CHECKPOINT).exists()
