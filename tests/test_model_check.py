@@ -133,3 +133,14 @@ def test_curation_refuses_a_missing_model_before_any_work(tmp_path):
     assert done.returncode == 2 and seconds < 60, (done.returncode, seconds)
     assert "no such folder" in line and str(tmp_path / "gone") in line, line
     assert not (tmp_path / "out").exists()
+
+
+def test_the_run_summaries_name_commands_an_installed_package_has(tmp_path):
+    """A wheel has no jobs/ folder: the summaries name `depict <job>`, which every install has."""
+    from pipeline.config import load_config
+    from pipeline.sweep import RunResult, summary_text
+
+    text = summary_text(load_config([f"root={tmp_path}"]), RunResult(run_dir=str(tmp_path / "run")))
+    assert f"tables and figures: depict tables run={tmp_path / 'run'}" in text and "jobs/" not in text, text
+    source = (REPO / "pipeline" / "pairs.py").read_text()
+    assert 'f"explore: depict explore run={out}"' in source and "python jobs/" not in source
