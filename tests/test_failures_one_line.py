@@ -1,5 +1,5 @@
 """Failures a user can fix are one line with a documented exit code, never a traceback
-(issue 28, item 4; pipeline/cli.py, docs/troubleshooting.md):
+(pipeline/cli.py, docs/troubleshooting.md):
 
 - storage: no space left, a read-only file system, permission denied, over quota, an S3
   bucket that refuses: exit 4, one line naming the path and the cause, also when the error

@@ -111,7 +111,7 @@ def test_hf_engine_answers_the_demo_benchmarks_requests_above_floors(engine, tmp
     assert row["holistic", "all"]["auc"] >= 0.9, table  # 1.000
 
 
-# Mutation tests (issue 27, item 5): each corrupts one real link between a request and its answer
+# Mutation tests: each corrupts one real link between a request and its answer
 # and shows that the floors above then fail. With random weights every one of these mutations
 # gives answers exactly as meaningless as the right code does; with the trained model they do not.
 def held_out_table(engine, requests=None):
