@@ -54,7 +54,7 @@ def test_every_citation_of_the_method_names_one_of_its_headings():
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("not a git checkout (an installed wheel): nothing to read")
     have = headings(METHOD.read_text())
-    found = citations(out.splitlines())
+    found = citations([name for name in out.splitlines() if name != "tests/test_method_doc.py"])
     assert found, "no comment cites docs/method.md: the citation pattern no longer matches how they are written"
     wrong = [f"{name}:{number}: {heading!r}" for name, number, heading in found if heading not in have]
     assert not wrong, "citations of docs/method.md naming no heading of it:\n" + "\n".join(wrong)

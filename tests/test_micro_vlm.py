@@ -148,6 +148,24 @@ def test_the_train_job_refuses_shares_outside_zero_to_one_before_training(tmp_pa
     assert not any(tmp_path.iterdir())
 
 
+def test_the_train_jobs_weights_and_steps_read_as_written_and_name_the_valid_choices(tmp_path, capsys):
+    from jobs.micro_vlm import main
+    from pipeline.micro_vlm_training import fact_type_weights, requests_per_step
+
+    assert fact_type_weights("attribute:1.5,spatial:2") == {"attribute": 1.5, "spatial": 2.0}
+    assert requests_per_step("image:64,caption:32,holistic:32") == {"image": 64, "caption": 32, "holistic": 32}
+    with pytest.raises(ValueError, match="unknown fact type 'colour'; valid: existence, attribute"):
+        fact_type_weights("colour:2")
+    with pytest.raises(ValueError, match="unknown request kind 'claim'; valid: image, caption, holistic"):
+        requests_per_step("claim:8")
+    assert main(["train", "type_weights=colour:2", f"out={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert "type_weights must be a list of fact_type:weight, got 'colour:2'" in err and "valid: existence" in err
+    assert main(["train", "per_step=image:many", f"out={tmp_path}"]) == 2
+    assert capsys.readouterr().err.strip() == "per_step must be a list of kind:count, got 'image:many'"
+    assert not any(tmp_path.iterdir())
+
+
 def test_reading_the_other_answer_token_breaks_the_floors(engine):
     eng, _ = engine
     eng.yes_ids, eng.no_ids = eng.no_ids, eng.yes_ids

@@ -8,7 +8,7 @@ A shard is one file, local or on any fsspec store (s3://...):
   image is the first of `.jpg .jpeg .png .webp`, the caption is `.txt` (stripped) or the
   caption field of `.json`. Read whole into memory and its members sliced out by a walker
   of tar headers (pipeline.curation.tar_walk); a tar that walker cannot read exactly is read with
-  the standard library's tarfile, streaming, as before.
+  the standard library's tarfile, streaming, which reads every kind of tar.
 
 `read_shard` returns the shard's ORIGINAL rows as an Arrow table (what filtered outputs
 copy), and `shard_pairs` turns them into one (image_uri, caption) row per input row, with
