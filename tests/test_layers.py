@@ -256,7 +256,7 @@ def _placed(tmp_path: Path, where: str, source: str) -> list[tuple[str, Path]]:
         ("pipeline/scoring.py", "import importlib\nx = importlib.import_module('vllm.sampling_params')\n", "must not import vllm"),
         ("pipeline/store/folder.py", "from transformers import AutoModel\n", "must not import transformers"),
         ("operators/views.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import ray\n", "must not import ray"),
-        ("operators/judge.py", "from pipeline.config import SweepConfig\n", "must not import pipeline"),
+        ("operators/judge_output.py", "from pipeline.config import SweepConfig\n", "must not import pipeline"),
         ("jobs/micro_vlm.py", "from operators.demo_world import FACT_TYPES\n", "jobs/ import only"),
         ("jobs/score.py", "def main():\n    from omegaconf import OmegaConf\n", "jobs/ import only"),
     ],
