@@ -237,7 +237,7 @@ class Scorer:
         else:
             with running_locally(self._local):
                 scored = self._score(items, shipped, cfg, run_dir, last, error_tables)
-        errors = pl.from_arrow(pa.concat_tables([schema.conform(t, schema.ERRORS) for t in error_tables]))
+        errors = pl.from_arrow(schema.concat_errors(error_tables))
         last.errors = errors
         last.timings["total"] = time.perf_counter() - t_start
         write_table(f"{run_dir}/errors.parquet", errors.to_arrow())
