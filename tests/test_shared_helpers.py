@@ -13,7 +13,7 @@ import pytest
 from operators import schema
 from pipeline.scoring import write_concatenated
 from pipeline.stages.ingest import image_hash_cache
-from pipeline.store.fs import is_local, is_local_path, local_atomic_file, write_bytes_atomic, write_local_atomically
+from pipeline.store.fs import absolute_path, is_local, is_local_path, local_atomic_file, write_bytes_atomic, write_local_atomically
 
 
 def test_error_tables_of_different_shapes_become_one_errors_table_in_order():
@@ -31,6 +31,14 @@ def test_what_counts_as_local():
     assert not is_local(fsspec.filesystem("memory"))
     assert is_local_path("/data/x") and is_local_path("relative/x") and is_local_path("file:///data/x")
     assert not is_local_path("s3://bucket/x") and not is_local_path("gs://bucket/x")
+
+
+def test_local_paths_become_absolute_and_urls_stay_as_they_are(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert absolute_path("data/x.parquet") == str(tmp_path.resolve() / "data" / "x.parquet")
+    assert absolute_path("~/runs") == str(tmp_path.resolve() / "home" / "runs")
+    assert absolute_path("s3://bucket/data/x.parquet") == "s3://bucket/data/x.parquet"
 
 
 def test_the_image_hash_cache_is_one_folder_of_the_store():

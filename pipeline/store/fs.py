@@ -14,6 +14,7 @@ import posixpath
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import BinaryIO
 
 import fsspec
@@ -28,6 +29,14 @@ TMP_PREFIX = ".tmp-"
 def join_url(base: str, *parts: str) -> str:
     """`base/part/...` for local paths and URLs alike, with no doubled or trailing slash."""
     return "/".join([base.rstrip("/"), *[p.strip("/") for p in parts]])
+
+
+def absolute_path(path: str) -> str:
+    """URLs as they are; a local path made absolute (`~` expanded), so that it names the same
+    file from Ray workers and submitted jobs, whatever their working folder."""
+    if "://" in path:
+        return path
+    return str(Path(os.path.expanduser(path)).resolve())
 
 
 def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
