@@ -72,7 +72,7 @@ def test_schema_needs_key():
         PartStore("/tmp/x", pa.schema([("a", pa.int64())]))
 
 
-# -- the store checks itself (issue 12): accidents a user has, and what they cost: nothing --------
+# -- the store checks itself: accidents a user has, and what they cost: nothing -------------------
 
 
 def test_a_truncated_part_is_quarantined_named_and_its_keys_read_as_missing(tmp_path, caplog):
