@@ -162,7 +162,7 @@ def test_the_train_jobs_weights_and_steps_read_as_written_and_name_the_valid_cho
     err = capsys.readouterr().err
     assert "type_weights must be a list of fact_type:weight, got 'colour:2'" in err and "valid: existence" in err
     assert main(["train", "per_step=image:many", f"out={tmp_path}"]) == 2
-    assert capsys.readouterr().err.strip() == "per_step must be a list of kind:count, got 'image:many'"
+    assert capsys.readouterr().err.strip() == "error: per_step must be a list of kind:count, got 'image:many'"
     assert not any(tmp_path.iterdir())
 
 
