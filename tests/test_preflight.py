@@ -113,6 +113,7 @@ def test_preflight_measures_batch_invariance_and_every_later_manifest_carries_it
     from pipeline.preflight import invariance_for_manifest
 
     job = _job()
+    assert job.main([f"root={tmp_path}", "backbones=[micro]", "images=2", "invariance=maybe"]) == 2
     assert job.main([f"root={tmp_path}", "backbones=[micro]", "images=2"]) == 0
     report = capsys.readouterr().out
     assert "  invariance         batch 1 vs 10: bit-identical; prefix cache on vs off: " in report, report
