@@ -4,6 +4,10 @@ Slower than vLLM but needs nothing beyond transformers, so it runs on a laptop C
 CI (with `builtin:tiny-vlm`). Batches are left-padded so the last position of every row is
 the model's next-token prediction for that row.
 
+On a CPU each prompt runs alone by default (`engine_options.batch_invariant`): no row is padded
+to a neighbour's length and no computation is split by what else shares the call, so the same
+request gives the same bits in any batch (docs/engines.md, "Batch composition").
+
 Weights load in `spec.dtype` on GPU and in float32 on CPU (bfloat16 matmuls on CPU are slow
 and coarse); `engine_options: {cpu_dtype: bfloat16}` overrides the CPU choice.
 """

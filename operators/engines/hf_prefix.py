@@ -15,6 +15,9 @@ rule takes an initial state). Suffixes are right-padded: a causal model's last r
 never sees the padding after it (left padding between prefix and suffix would decay the
 recurrent state). Positions continue from the prefix's multimodal rope offsets.
 
+Batch-invariant mode (`row_alone`, the hf engine's default on a CPU) keeps the reuse but cuts
+it per prompt: the prefix ends where the image does and every pass runs one row.
+
 Families checked to give the no-reuse answers (within 1e-6 in float32; tests/test_hf_prefix_reuse.py):
 Qwen3.5, Qwen3-VL, Qwen2-VL, Qwen2.5-VL. Other families take the plain path.
 """
