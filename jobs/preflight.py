@@ -30,7 +30,7 @@ if not __package__:  # run as a file (python jobs/<job>.py): this checkout's cod
 from pipeline import console  # noqa: E402
 from pipeline.cli import guarded  # noqa: E402
 from pipeline.config import ConfigError, load_config  # noqa: E402
-from pipeline.preflight import PreflightOptions, run_preflight  # noqa: E402
+from pipeline.preflight_checks import PreflightOptions, run_preflight  # noqa: E402
 
 
 def flag(value: str) -> bool:

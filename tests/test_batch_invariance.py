@@ -14,7 +14,7 @@ import pytest
 
 from operators.engines.hf import HFEngine
 from pipeline.config import load_config
-from pipeline.preflight import PreflightOptions, preflight_prompts
+from pipeline.preflight_checks import PreflightOptions, preflight_prompts
 
 CALL_SIZES = (1, 3, 8, 64)
 BATCHED_BOUND = 1e-4  # docs/engines.md, "Batch composition": batch_invariant false
@@ -80,7 +80,7 @@ def test_batched_rows_stay_within_the_documented_bound(demo):
 def test_preflight_measures_vllms_invariance_on_this_cpu(demo):
     """The micro model through the real vLLM (CPU build, float32): preflight's record of each
     prompt alone vs all in one call and the prefix cache on vs off, within the documented noise."""
-    from pipeline.preflight import check_backbone
+    from pipeline.preflight_checks import check_backbone
     from tests.vllm_cpu import require_vllm_cpu
 
     require_vllm_cpu()

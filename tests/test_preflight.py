@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from operators.engine_probe import agreement, p_yes
 from operators.engines.spec import BackboneSpec
-from operators.preflight import agreement, p_yes
 from pipeline.config import load_config
-from pipeline.preflight import PreflightOptions, check_backbone, preflight_prompts
+from pipeline.preflight_checks import PreflightOptions, check_backbone, preflight_prompts
 
 ROOT = Path(__file__).parents[1]
 FAKE_VLLM = ROOT / "tests" / "fake_vllm" / "vllm" / "__init__.py"
@@ -95,7 +95,7 @@ class PrefixSensitiveEngine:
 
 def test_the_prefix_with_the_most_answer_mass_is_recommended():
     from operators.engines.base import Prompt
-    from pipeline.preflight import _prefix_candidates
+    from pipeline.preflight_checks import _prefix_candidates
 
     spec = BackboneSpec(name="gemma4-12b", model_id="m", engine="vllm", assistant_prefix_candidates=["", "<|channel>thought\n<channel|>"])
     engine = PrefixSensitiveEngine(spec)
@@ -110,7 +110,7 @@ def test_preflight_measures_batch_invariance_and_every_later_manifest_carries_it
     """On the micro model (hf, CPU): each prompt alone answers as all prompts in one call, bit for
     bit; prefix reuse off moves answers in their last digits only. The record lands in the store,
     where a run's manifest finds it for the backbone as configured (not for another configuration)."""
-    from pipeline.preflight import invariance_for_manifest
+    from pipeline.preflight_checks import invariance_for_manifest
 
     job = _job()
     assert job.main([f"root={tmp_path}", "backbones=[micro]", "images=2", "invariance=maybe"]) == 2
@@ -130,7 +130,7 @@ def test_preflight_measures_batch_invariance_and_every_later_manifest_carries_it
 
 def test_an_answer_that_moves_with_its_batch_is_reported_with_its_size():
     """The record's numbers come from the answers compared, -inf on both sides counting as equal."""
-    from pipeline.preflight import invariance_line, invariance_record
+    from pipeline.preflight_checks import invariance_line, invariance_record
 
     together = np.array([[np.log(0.6), np.log(0.3)], [np.log(0.1), np.log(0.8)], [-np.inf, 0.0]])
     alone = together.copy()

@@ -25,25 +25,25 @@ from datetime import datetime, timezone
 import numpy as np
 import polars as pl
 
-from operators import answer_mass as am
+from operators import answer_mass
 from operators.answering import ANSWER_TEMPLATES, answer_prompt
+from operators.engine_probe import PREFIX_CACHE_OFF, EngineRun, agreement, answers_one_at_a_time, hardware, largest_difference, score_timed
 from operators.engines import load_engine
 from operators.engines.base import Prompt
 from operators.engines.spec import BackboneSpec
 from operators.hashing import image_hash
 from operators.images import decode_image, read_image_bytes
-from operators.preflight import PREFIX_CACHE_OFF, EngineRun, agreement, answers_one_at_a_time, hardware, largest_difference, score_timed
 from pipeline.config import ResolvedConfig
 from pipeline.stages import ingest
-from pipeline.store import parts as st
+from pipeline.store.fs import exists, read_json, write_json
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class PreflightOptions:
-    min_median_mass: float = am.LOW_MEDIAN  # per request kind
-    min_p5_mass: float = am.LOW_P5
+    min_median_mass: float = answer_mass.LOW_MEDIAN  # per request kind
+    min_p5_mass: float = answer_mass.LOW_P5
     tolerance: float = 0.05  # largest allowed |P(yes) hf - P(yes) vLLM|
     compare_hf: bool = True  # vLLM backbones: also score with transformers and compare
     images: int = 3  # demo images to ask about
@@ -139,7 +139,7 @@ def _report_run(run: EngineRun, result: BackboneResult, options: PreflightOption
         low += [kind] if flag else []
     if low:
         result.failures.append(
-            f"low answer mass for {', '.join(low)} (median < {options.min_median_mass} or p5 < {options.min_p5_mass}); {am.LIKELY_CAUSES}"
+            f"low answer mass for {', '.join(low)} (median < {options.min_median_mass} or p5 < {options.min_p5_mass}); {answer_mass.LIKELY_CAUSES}"
         )
     tokens = f", {run.prompt_tokens_per_s:.0f} prompt tokens/s" if run.prompt_tokens_per_s is not None else ""
     out.append(f"  throughput         {run.requests_per_s:.1f} requests/s{tokens} ({run.seconds:.2f} s, cold: includes warm-up)")
@@ -199,7 +199,7 @@ def invariance_for_manifest(store: str, specs: list[BackboneSpec]) -> dict:
     records = {}
     for spec in specs:
         url = invariance_url(store, spec.name)
-        record = st.read_json(url) if st.exists(url) else None
+        record = read_json(url) if exists(url) else None
         if record is None or record.get("fingerprint") != spec.fingerprint():
             why = "never measured" if record is None else "measured for another configuration of it"
             record = {"not_measured": f"{why}: depict preflight backbones=[{spec.name}] (python jobs/preflight.py) measures it on this hardware"}
@@ -261,7 +261,7 @@ def run_preflight(cfg: ResolvedConfig, options: PreflightOptions) -> tuple[str, 
     for r in results:
         if r.invariance is not None:
             url = invariance_url(cfg.sweep.store, r.name)
-            st.write_json(url, r.invariance)
+            write_json(url, r.invariance)
             lines.append(f"invariance record: {url}  (each later run's manifest.json carries it)")
     failed = [r.name for r in results if not r.ok]
     lines.append("preflight " + ("passed" if not failed else f"FAILED for {', '.join(failed)}: do not start the sweep before fixing these"))
