@@ -95,3 +95,12 @@ def test_preflight_measures_vllms_invariance_on_this_cpu(demo):
     for measure in ("batch_1_vs_n", "prefix_cache_on_vs_off"):
         assert 0.0 <= record[measure]["max_abs_logprob"] <= BATCHED_BOUND, record
     assert any(line.startswith("  invariance         batch 1 vs 10: ") for line in result.lines), result.lines
+
+
+def test_the_mode_is_not_part_of_the_answer_key():
+    """Both modes compute the same quantity (within the bound above): stored answers stay valid."""
+    from operators.engines.spec import BackboneSpec
+
+    spec = BackboneSpec(name="m", model_id="org/model", engine="hf")
+    assert dataclasses.replace(spec, engine_options={"batch_invariant": False}).fingerprint() == spec.fingerprint()
+    assert dataclasses.replace(spec, engine_options={"cpu_dtype": "bfloat16"}).fingerprint() != spec.fingerprint()
