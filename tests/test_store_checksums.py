@@ -195,3 +195,44 @@ def test_verify_with_repair_quarantines_a_flipped_part(tmp_path, what):
     assert not part.exists()
     (again,) = verify(str(tmp_path))
     assert again.ok and again.parts == 0
+
+
+@pytest.mark.slow
+def test_a_rerun_after_one_flipped_log_prob_byte_recomputes_that_part_and_gives_the_clean_scores(ray_session, tmp_path):
+    """End to end on the smoke sweep: one byte of one answers part's log-prob column flipped
+    (a flip Parquet alone reads as other numbers) costs one part's recomputation, not a
+    published number."""
+    import polars as pl
+
+    from pipeline.config import load_config
+    from pipeline.sweep import run_sweep, summary_text
+
+    cfg = load_config([f"root={tmp_path}", "sweep=smoke", "compute.rows_per_part=16", "compute.progress_bars=false",
+                       "bootstrap.n_resamples=20", "backbones=[zero-cost]", "benchmark_overrides.demo.protocol.statistics=[srcc]"])
+
+    def scores(result) -> pl.DataFrame:
+        return pl.concat([pl.read_parquet(p) for p in sorted(Path(result.run_dir, "scores").glob("*.parquet"))]).sort("item_id", "metric")
+
+    def answers_report(result):
+        (report,) = [r for r in result.reports if r.stage == "answers"]
+        return report
+
+    first = run_sweep(cfg)
+    reference = scores(first)
+    store_dir = tmp_path / "store" / "answers" / "zero-cost"
+    victim = sorted(store_dir.glob("part-*.parquet"))[1]
+    rows = pq.read_metadata(victim).num_rows
+    good = victim.read_bytes()
+    offset, changed = silent_flip(good, *column_offsets(victim, "logp_yes"))
+    assert changed
+    victim.write_bytes(good[:offset] + bytes([good[offset] ^ 0x01]) + good[offset + 1:])
+    assert [Path(b["path"]).name for b in bad_parts(tmp_path / "store")] == [victim.name]
+
+    second = run_sweep(cfg)
+    report = answers_report(second)
+    assert (report.cached, report.sent, report.failed) == (report.needed - rows, rows, 0)
+    assert [Path(q["path"]).name for q in report.quarantined] == [victim.name]
+    assert "store: 1 bad parts (unreadable or failing their checksum) moved to _quarantine/" in summary_text(cfg, second)
+    assert scores(second).equals(reference)
+    assert victim.read_bytes() == good  # the same rows again: the same bytes under the same name
+    assert bad_parts(tmp_path / "store") == []
