@@ -75,8 +75,8 @@ QUARANTINE = "_quarantine"  # bad parts moved aside: <store>/_quarantine/<part n
 MARKERS = "_markers"
 READ_THREADS = 16
 GROUPS_PER_READ = 128  # row groups of one part decoded together by a keyed read (~128k rows)
-# Compacted parts: part-k<bucket>-n<rows>-<digest>.parquet ('k' is not a hex digit, so no
-# worker-written part-<digest> name can look like one). Bucket: the key's first 0, 1 or 2
+# Compacted parts: part-k<bucket>-n<rows>-<digest>[-h<content digest>].parquet ('k' is not a hex
+# digit, so no worker-written part-<digest> name can look like one). Bucket: the key's first 0, 1 or 2
 # characters (more as the store grows) when they are lowercase hex (content keys are), else "x"s.
 COMPACTED = re.compile(r"^part-k(?P<bucket>[0-9a-fx]{0,2})-n(?P<rows>\d+)-[0-9a-f]+(?:-h[0-9a-f]{32})?\.parquet$")
 # The content digest a part's name ends with: blake2b (16 bytes) of the whole file. 'h' is not
