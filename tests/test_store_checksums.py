@@ -17,7 +17,8 @@ import pytest
 from operators import schema
 from operators.hashing import keys_digest
 from pipeline.store.admin import verify
-from pipeline.store.parts import PartStore, write_table
+from pipeline.store.fs import write_table
+from pipeline.store.parts import PartStore
 
 N = 200
 
