@@ -2,7 +2,7 @@
 
 A `PartStore` is one folder of Parquet parts that all have a `key` column (answers of one
 backbone, generations of one generator, ...). Parts are immutable and named by a digest of
-the keys they hold, so the same work always lands under the same name. A part becomes
+the keys they hold and of their bytes, so the same work always lands under the same name. A part becomes
 visible only when complete: locally it is written under a temporary name and renamed; on
 object stores a single PUT (or a completed multipart upload) is atomic. A run that is
 killed therefore leaves only whole parts, and the next run computes just the keys that are
