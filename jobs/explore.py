@@ -20,6 +20,7 @@ from omegaconf import OmegaConf  # noqa: E402
 from pipeline import console  # noqa: E402
 from pipeline.cli import guarded  # noqa: E402
 from pipeline.explore.site import write_site  # noqa: E402
+from pipeline.store.fs import absolute_path  # noqa: E402
 
 
 @guarded  # a missing run: one line, exit 2; storage failures exit 4; Ctrl-C exits 130
@@ -36,10 +37,10 @@ def main(argv: list[str]) -> int:
     if "run" not in args:
         print("which run? run=<run folder>, e.g. run=outputs/runs/demo", file=sys.stderr)
         return 2
-    run = str(args["run"]) if "://" in str(args["run"]) else str(Path(str(args["run"])).expanduser().resolve())
+    run = absolute_path(str(args["run"]))
     out = args.get("out")
-    if out is not None and "://" not in str(out):
-        out = str(Path(str(out)).expanduser().resolve())
+    if out is not None:
+        out = absolute_path(str(out))
     try:
         result = write_site(run, out)
     except FileNotFoundError as exc:

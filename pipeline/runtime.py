@@ -180,7 +180,7 @@ def refuse_unshared_paths(paths: dict[str, str | None], shared: list[str] | tupl
     path under one of `shared` (a mount every node sees at the same place, `compute.shared_paths`)
     is accepted. One node (a laptop, one machine) needs no check.
     """
-    from pipeline.store.folder import is_local_path  # not at the top: it loads pyarrow, which must come after the allocator settings
+    from pipeline.store.fs import is_local_path  # not at the top: it loads pyarrow, which must come after the allocator settings
 
     local = {setting: path for setting, path in paths.items() if path and is_local_path(path) and not _under(path, shared)}
     if not local:

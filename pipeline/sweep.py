@@ -89,7 +89,7 @@ def _run(cfg: ResolvedConfig, lease: Lease) -> RunResult:
     with clock("ingest"):
         items, shipped_questions, problems = ingest.load_items(cfg.benchmarks)
         error_tables.append(problems)
-        items, report, errors = ingest.prepare_items(items, hash_cache=f"{s.store}/image_hashes")
+        items, report, errors = ingest.prepare_items(items, store=s.store)
         result.reports.append(report)
         error_tables += errors
         write_table(f"{result.run_dir}/items.parquet", schema.conform(items.to_arrow(), schema.ITEMS))
@@ -113,7 +113,7 @@ def _run(cfg: ResolvedConfig, lease: Lease) -> RunResult:
         _write_csv(f"{result.run_dir}/statistics.csv", result.statistics)
         _write_csv(f"{result.run_dir}/deltas.csv", result.deltas)
 
-    errors = pl.from_arrow(pa.concat_tables([schema.conform(t, schema.ERRORS) for t in error_tables]))
+    errors = pl.from_arrow(schema.concat_errors(error_tables))
     result.errors = errors
     write_table(f"{result.run_dir}/errors.parquet", errors.to_arrow())
     result.counts["errors"] = errors.height

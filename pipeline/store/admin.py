@@ -33,8 +33,7 @@ import pyarrow.compute as pc
 from operators import schema
 from operators.hashing import digest_chunks
 from operators.images import PACKS
-from pipeline.store.folder import is_local_path
-from pipeline.store.fs import TMP_PREFIX, filesystem, is_local
+from pipeline.store.fs import TMP_PREFIX, filesystem, is_local, is_local_path
 from pipeline.store.key_index import SUFFIX
 from pipeline.store.parts import COMPACT_SMALL_ROWS, COMPACT_TARGET_ROWS, COMPACTED, MARKERS, QUARANTINE, BadPart, PartStore, is_checksummed
 from pipeline.store.settings import retrying
