@@ -18,14 +18,8 @@ import polars as pl
 import pyarrow as pa
 
 from operators import answer_mass, schema
-from pipeline.config import (
-    HOLISTIC_METRICS,
-    ResolvedConfig,
-    SweepConfig,
-    is_answer_metric,
-    judge_kinds,
-    required_question_sets,
-)
+from operators.metrics import catalog
+from pipeline.config import ResolvedConfig, SweepConfig
 from pipeline.stages import questions as qstage
 from pipeline.stages.answers import AnswerReport, answer_store, plan_answers, run_answers
 from pipeline.stages.engine_stage import StageReport
@@ -60,7 +54,7 @@ class Scored:
 
 
 def needs_holistic(metric_ids: list[str]) -> bool:
-    return any(m in HOLISTIC_METRICS or m == "depict" or m.endswith("+vqascore") for m in metric_ids)
+    return any(catalog.reads_holistic(m) for m in metric_ids)
 
 
 def question_generators(s: SweepConfig) -> list[str]:
@@ -75,7 +69,7 @@ def question_generators(s: SweepConfig) -> list[str]:
 def obtain_questions(items: pl.DataFrame, shipped: pl.DataFrame | None, cfg: ResolvedConfig, out: Scored) -> dict[str, pl.DataFrame]:
     """Questions for every backbone: shipped with the benchmark, or generated once per caption."""
     s, q = cfg.sweep, cfg.sweep.questions
-    sets = required_question_sets(s)
+    sets = s.required_question_sets()
     if q.source == "benchmark":
         questions, errors = qstage.provided_questions(items, shipped, sets)
         out.errors.append(errors)
@@ -106,7 +100,7 @@ def score_items_all_backbones(items: pl.DataFrame, shipped: pl.DataFrame | None,
     s = cfg.sweep
     out, questions_by_backbone = questions_step(items, shipped, cfg, out_dir, timings)
 
-    sets = required_question_sets(s)
+    sets = s.required_question_sets()
     holistic = needs_holistic(s.metrics)
     frames = []
     for name in s.backbones:  # one backbone at a time: its engine is loaded once and serves everything
@@ -120,7 +114,7 @@ def score_items_all_backbones(items: pl.DataFrame, shipped: pl.DataFrame | None,
         out.errors.append(report.errors)
         with timings("scores"):
             scores = score_items(
-                items, plan, answers, backbone=name, metric_ids=[m for m in s.metrics if is_answer_metric(m)], lam=s.lam, probability=s.probability, errors=report.errors
+                items, plan, answers, backbone=name, metric_ids=[m for m in s.metrics if catalog.is_yes_no(m)], lam=s.lam, probability=s.probability, errors=report.errors
             )
             st.write_table(f"{out_dir}/scores/{name}.parquet", scores.to_arrow())
             records = question_records(plan, answers, name)
@@ -142,7 +136,7 @@ def add_evidence_and_judge(items: pl.DataFrame, plan, answers: pl.DataFrame, sco
     out.reports += evidence.reports
     out.errors += evidence.errors
     extra.append(evidence.scores)
-    kinds = judge_kinds(s)
+    kinds = s.judge_kinds()
     if kinds:
         with timings("judge"):
             judged, report = run_judge(
@@ -170,7 +164,7 @@ def windowed_reason(cfg: ResolvedConfig, n_items: int) -> str | None:
         return "fits one window"
     if s.evidence.enabled:
         return "evidence checks sample items across the whole sweep"
-    if judge_kinds(s):
+    if s.judge_kinds():
         return "the VLM judge adds its rows after every answer score"
     return None
 
@@ -193,9 +187,9 @@ def score_items_windowed(items: pl.DataFrame, shipped: pl.DataFrame | None, cfg:
             log.info("sweep: %d items in one pass (window_items=%d): %s", items.height, s.window_items, reason)
         return score_items_all_backbones(items, shipped, cfg, out_dir, timings)
     out, questions_by_backbone = questions_step(items, shipped, cfg, out_dir, timings)
-    sets = required_question_sets(s)
+    sets = s.required_question_sets()
     holistic = needs_holistic(s.metrics)
-    answer_metrics = [m for m in s.metrics if is_answer_metric(m)]
+    answer_metrics = [m for m in s.metrics if catalog.is_yes_no(m)]
     # Windows are slices of the items in item_id order: records (sorted by item, question set,
     # question) are then the windows' records one after the other.
     by_id = items.sort("item_id", maintain_order=True)
