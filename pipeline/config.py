@@ -22,11 +22,12 @@ from omegaconf.errors import OmegaConfBaseException
 
 from operators.engines import ENGINES
 from operators.engines.spec import BackboneSpec
-from operators.judge import JUDGE_KINDS
+from operators.judge_output import JUDGE_KINDS
 from operators.metrics import catalog
 from operators.schema import QUESTION_SETS
 from operators.views import FILLS
 from pipeline.benchmarks import loader_names
+from pipeline.store.fs import join_url
 
 log = logging.getLogger(__name__)
 
@@ -322,10 +323,6 @@ class ResolvedConfig:
             "benchmarks": {k: OmegaConf.to_container(OmegaConf.structured(v)) for k, v in self.benchmarks.items()},
             "prompts": {"version": self.prompts.version, "templates": dict(self.prompts.templates)},
         }
-
-
-def join_url(base: str, *parts: str) -> str:
-    return "/".join([base.rstrip("/"), *[p.strip("/") for p in parts]])
 
 
 def _absolute(path: str) -> str:

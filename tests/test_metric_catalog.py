@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 from omegaconf import OmegaConf
 
-from operators.judge import JUDGE_KINDS
+from operators.judge_output import JUDGE_KINDS
 from operators.metrics import catalog, score_all
 from operators.schema import QUESTION_SETS
 from pipeline.config import CONF_DIR, SweepConfig

@@ -33,7 +33,7 @@ class Metric:
     mergeable: bool  # `<id>+vqascore` is a metric too
     label: str  # how report tables name it
     description: str
-    judge_kind: str | None = None  # judge metrics: the judge kind whose generations it reads (operators.judge)
+    judge_kind: str | None = None  # judge metrics: the judge kind whose generations it reads (operators.judge_output)
     merge_of: str | None = None  # a name for this merge id, e.g. depict is agree+vqascore
 
 
