@@ -154,8 +154,8 @@ def test_dsg_gives_no_credit_for_a_relation_to_a_missing_thing_unless_parents_ar
 
 def test_answers_computed_in_parts_of_8_are_the_bits_of_parts_of_64(default_run, tmp_path):
     """The same request key gives the same log-probabilities whatever `compute.rows_per_part` cut
-    the work into (the hf engine answers each prompt in shapes of its own on a CPU); before, 223 of
-    486 answers moved, by up to 1.24e-5. Until a preflight measured it, the manifest says how to."""
+    the work into (the hf engine answers each prompt in shapes of its own on a CPU); with batched
+    rows 223 of 486 answers move, by up to 1.24e-5. Until a preflight measured it, the manifest says how to."""
     import json
 
     _, result = default_run
