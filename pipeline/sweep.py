@@ -163,6 +163,8 @@ def _write_csv(url: str, frame: pl.DataFrame) -> None:
 
 
 def manifest(cfg: ResolvedConfig, result: RunResult) -> dict:
+    from pipeline.preflight_checks import invariance_for_manifest
+
     return {
         "run_dir": result.run_dir,
         "config": cfg.to_dict(),
@@ -171,6 +173,8 @@ def manifest(cfg: ResolvedConfig, result: RunResult) -> dict:
         "timings_s": {k: round(v, 3) for k, v in result.timings.items()},
         "counts": result.counts,
         "stages": [r.as_row() for r in result.reports],
+        # whether an answer depends on its batch neighbours on this hardware, as preflight measured it
+        "invariance": invariance_for_manifest(cfg.sweep.store, [cfg.backbones[name] for name in cfg.sweep.backbones]),
     }
 
 
@@ -188,6 +192,10 @@ def summary_text(cfg: ResolvedConfig, result: RunResult) -> str:
     lines.append(f"{'stage':<10} {'unit':<16} {'needed':>8} {'cached':>8} {'sent':>8} {'failed':>7} {'seconds':>8}")
     for r in result.reports:
         lines.append(f"{r.stage:<10} {r.unit:<16} {r.needed:>8} {r.cached:>8} {r.sent:>8} {r.failed:>7} {r.seconds:>8.1f}")
+    moved = [q for r in result.reports for q in getattr(r, "quarantined", [])]
+    if moved:
+        lines.append(f"store: {len(moved)} bad parts (unreadable or failing their checksum) moved to _quarantine/; "
+                     "their keys were computed again (counted in sent)")
     mass_lines = [line for r in result.reports if hasattr(r, "mass_lines") for line in r.mass_lines()]
     if mass_lines:
         lines.append("")

@@ -15,7 +15,7 @@ class BackboneSpec:
     name: str = "???"
     # Hugging Face repo id or local directory; `builtin:tiny-vlm` is built on first use.
     model_id: str = "???"
-    # Which engine runs it: hf (transformers), vllm, scripted (deterministic, no model).
+    # Which engine runs it: a name of operators.engines.ENGINES (hf: transformers, vllm, scripted: no model).
     engine: str = "hf"
     revision: str | None = None
     family: str = ""  # qwen3_5, internvl3_5, gemma4, ... (reports group size ladders by it)
@@ -95,7 +95,7 @@ THROUGHPUT_OPTIONS = frozenset(
         "enforce_eager", "disable_log_stats", "swap_space", "cpu_offload_gb", "block_size",
         "pipeline_parallel_size", "disable_custom_all_reduce", "max_parallel_loading_workers",
         "compilation_config", "async_scheduling", "show_progress", "progress_bars", "use_tqdm",
-        "batch_size", "log_level", "prefix_reuse",
+        "batch_size", "log_level", "prefix_reuse", "batch_invariant",
     }
 )
 

@@ -481,6 +481,72 @@ class PartSink:
                 future.result()  # raises the first failed write
 
 
+# -- a write the storage refuses: the run ends at once ------------------------------------------
+
+REFUSED = "storage_refused"  # status reason of a batch whose part the storage refused to take
+
+
+class PoolWriter(PartWriter):
+    """PartWriter in the actor pool: a part the storage refuses (no space left, read-only,
+    quota, access denied; `pipeline.cli.storage_error`) is returned as the batch's result
+    (`refused_status`), not raised. Ray Data takes a raised error for a lost worker, so the
+    batch would be run through the model again, with Ray's tracebacks, before the same
+    refusal ended the run; the driver raises it at once instead (`raise_refused`)."""
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        from pipeline.cli import storage_error
+
+        try:
+            return super().__call__(batch)
+        except Exception as exc:
+            if storage_error(exc) is None:
+                raise
+            refused = refused_status(batch, exc, self.row_schema)
+            if refused is None:
+                raise
+            return refused
+
+
+def refused_status(batch: pa.Table, exc: BaseException, row_schema: pa.Schema | None) -> pa.Table | None:
+    """Error rows for `batch` carrying `exc` (pickled, as base64 in `detail`) to the driver;
+    None when it cannot be pickled. The link of `exc`'s chain that holds the storage failure
+    is sent (pickling keeps an exception's notes but drops its causes)."""
+    import base64
+
+    from ray import cloudpickle
+
+    from pipeline.cli import chain, storage_error
+
+    line = storage_error(exc)
+    link = next((c for c in chain(exc) if storage_error(c) == line), exc)
+    try:
+        detail = base64.b64encode(cloudpickle.dumps(link)).decode()
+    except Exception:  # noqa: BLE001 (an exception Ray cannot pickle either: raised as it is)
+        return None
+    n = batch.num_rows
+    status = pa.table({
+        "key": batch.column("key").cast(pa.string()),
+        "ok": pa.repeat(pa.scalar(False), n),
+        "stage": pa.nulls(n, pa.string()),
+        "source": pa.nulls(n, pa.string()),
+        "field": pa.nulls(n, pa.string()),
+        "reason": pa.repeat(pa.scalar(REFUSED, pa.string()), n),
+        "detail": pa.repeat(pa.scalar(detail, pa.string()), n),
+    }, schema=STATUS)
+    return status if row_schema is None else with_rows(status, [], row_schema)
+
+
+def raise_refused(results: pa.Table) -> None:
+    """Raise the storage failure a worker returned in `results` (`PoolWriter`), if any."""
+    import base64
+
+    from ray import cloudpickle
+
+    refused = results.filter(pc.equal(results.column("reason"), REFUSED))
+    if refused.num_rows:
+        raise cloudpickle.loads(base64.b64decode(refused.column("detail")[0].as_py()))
+
+
 # -- running batches on actors, with poison-request isolation ------------------------------------
 
 # How often one actor may be restarted by Ray during a stage's main pass. A batch is never
@@ -508,7 +574,7 @@ def compute_blocks(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool
     with warnings.catch_warnings():  # Ray 2.60 has no named parameter for restarts yet
         warnings.simplefilter("ignore", DeprecationWarning)
         dataset = ray.data.from_arrow(blocks).map_batches(
-            PartWriter,
+            PoolWriter,
             fn_constructor_kwargs={"worker_cls": worker_cls, "worker_kwargs": worker_kwargs, "row_schema": row_schema, "threads": pool.threads},
             batch_size=None,  # one block = one worker call, one stored part per part in it
             batch_format="pyarrow",
@@ -522,18 +588,31 @@ def compute_blocks(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool
     dataset.context.max_errored_blocks = -1  # a failed block is isolated below, not fatal here
     statuses = []
     progress = Progress(stage, sum(b.num_rows for b in blocks))
+    batches = iter(dataset.iter_batches(batch_size=None, batch_format="pyarrow"))
     try:
         # Streaming: parts are written by the actors as batches finish, statuses come back here.
-        for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
+        for batch in batches:
+            raise_refused(batch)  # the storage refused a part: nothing else can be stored either
             statuses.append(batch)
             progress.add(batch.num_rows)
     except Exception as exc:  # e.g. the pool ran out of restarts: what is left is isolated
+        if storage_failure(exc):
+            raise
         log.warning("%s: the actor pool stopped (%s: %s); finishing the remaining batches one worker at a time", stage, type(exc).__name__, str(exc)[:300])
+    finally:
+        batches.close()  # on a raise: stops the pool's other batches and frees its actors now
     failed = _lost_rows(blocks, statuses)
     if failed:
         log.warning("%s: %d batches (%d requests) lost their worker; isolating the cause", stage, len(failed), sum(b.num_rows for b in failed))
         statuses.append(isolate_failures(failed, worker_cls, worker_kwargs, pool, stage=stage, row_schema=row_schema))
     return pa.concat_tables(statuses) if statuses else result_schema(row_schema).empty_table()
+
+
+def storage_failure(exc: BaseException) -> bool:
+    """Whether `exc` is the storage refusing a write or read (`pipeline.cli.storage_error`)."""
+    from pipeline.cli import storage_error
+
+    return storage_error(exc) is not None
 
 
 class Progress:

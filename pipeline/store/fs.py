@@ -123,10 +123,12 @@ def _name_target(exc: OSError, path: str, tmp: str) -> None:
 
 
 def table_to_parquet_bytes(table: pa.Table, row_group_rows: int | None = None) -> bytes:
-    """Parquet bytes; with `row_group_rows` (compacted parts: many small row groups) without
-    column statistics, which readers never use and which would bloat the footer."""
+    """Parquet bytes with a CRC-32 in every page header (checked by ranged reads of store parts);
+    with `row_group_rows` (compacted parts: many small row groups) without column statistics,
+    which readers never use and which would bloat the footer."""
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd", row_group_size=row_group_rows, write_statistics=row_group_rows is None)
+    pq.write_table(table, sink, compression="zstd", row_group_size=row_group_rows, write_statistics=row_group_rows is None,
+                   write_page_checksum=True)
     return sink.getvalue().to_pybytes()
 
 
