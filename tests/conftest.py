@@ -13,6 +13,12 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 # its OpenMP threads not pinned to cores the test process and Ray workers share.
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+# The caller's Ray is not the suite's: a user's RAY_ADDRESS (a cluster) would send every job a test
+# launches there, and Ray's `ray.init()` joins another instance that `ray start` left running here.
+# So each job starts its own ("local"), `ray_session` is a new one, and a test that wants a given Ray
+# names its address (tests/ray_nodes.py heads; jobs given `ray_session`'s GCS address).
+os.environ.pop("RAY_API_SERVER_ADDRESS", None)
+os.environ["RAY_ADDRESS"] = "local"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -27,11 +33,12 @@ def _single_threaded_torch():
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """A local Ray started once for the whole test session."""
+    """A local Ray started once for the whole test session: always a new one (address="local"),
+    never another Ray running on this machine (`ray start` records its address for `ray.init()`)."""
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield ray
     ray.shutdown()
 

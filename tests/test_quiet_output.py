@@ -20,7 +20,9 @@ NOISE = ("Token authentication is enabled", "logging_progress", "Running Dataset
 @pytest.fixture
 def clean(monkeypatch):
     for name in [*console.QUIET_ENV, "DEPICT_VERBOSE"]:
-        monkeypatch.delenv(name, raising=False)
+        # set first, so that monkeypatch records it and removes what console.configure writes
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     levels = {name: logging.getLogger(name).level for name in console.QUIET_LOGGERS}
     yield monkeypatch
     for name, level in levels.items():
