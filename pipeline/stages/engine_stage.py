@@ -21,7 +21,6 @@ import dataclasses
 import logging
 import math
 import time
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -497,10 +496,13 @@ class PartSink:
 
 # -- running batches on actors, with poison-request isolation ------------------------------------
 
-# How often one actor may be restarted by Ray during a stage's main pass. A batch is never
-# retried on a restarted actor (max_task_retries=0): a batch whose worker died is isolated
-# by `isolate_failures` instead, so one request that kills its worker cannot loop forever.
+# Workers that may die during a stage's main pass, per worker of its pool, before the rest of
+# its batches go to `isolate_failures` one worker at a time. A batch is never retried on a
+# fresh worker there: a batch whose worker died is isolated instead, so one request that kills
+# its worker cannot loop forever.
 MAX_ACTOR_RESTARTS = 4
+# Batches queued on one worker at a time: the next one is there when a call returns.
+BATCHES_IN_FLIGHT = 2
 # Poison requests a stage isolates before it gives up on the rest of the failed batches
 # (each costs about log2(rows per batch) + 1 worker deaths); past it they are error rows, so
 # a node where every call dies (a broken GPU) ends the stage instead of bisecting forever.
@@ -511,38 +513,71 @@ def compute_blocks(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool
     """Run every block through a pool of `worker_cls` actors; returns one result row per key
     (`result_schema(row_schema)`: its status, and its stored row when `row_schema` is given).
 
-    Main pass: Ray Data streams the blocks through the actor pool. A block whose actor died
-    (OOM, segfault, CUDA error, os._exit) is not retried there; its keys come back without a
-    status and go to `isolate_failures`, which halves the block until the request that
-    kills the worker stands alone and becomes an error row (`worker_died`).
+    Main pass: `pool.size` plain Ray actors (`_Host`) take the blocks as they free up, each
+    block a task argument; the actors' own arguments are small values Ray passes inline. (A
+    Ray Data actor pool would pass its actors references into the object store, and Ray logs
+    an error line for every actor that may restart with such arguments.) A block whose actor
+    died (OOM, segfault, CUDA error, os._exit) is not retried there: a fresh actor takes the
+    next blocks, and the dead one's keys come back without a status and go to
+    `isolate_failures`, which halves the block until the request that kills the worker stands
+    alone and becomes an error row (`worker_died`).
     """
     import ray
+    from ray.exceptions import RayActorError
 
     pool = placeable(pool, stage)
-    with warnings.catch_warnings():  # Ray 2.60 has no named parameter for restarts yet
-        warnings.simplefilter("ignore", DeprecationWarning)
-        dataset = ray.data.from_arrow(blocks).map_batches(
-            PartWriter,
-            fn_constructor_kwargs={"worker_cls": worker_cls, "worker_kwargs": worker_kwargs, "row_schema": row_schema, "threads": pool.threads},
-            batch_size=None,  # one block = one worker call, one stored part per part in it
-            batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(size=pool.size),
-            num_gpus=pool.num_gpus,
-            num_cpus=pool.num_cpus,
-            max_restarts=MAX_ACTOR_RESTARTS,  # passed on to the actors (ray_remote_args)
-            max_task_retries=0,
-            **_actor_asks(pool),
-        )
-    dataset.context.max_errored_blocks = -1  # a failed block is isolated below, not fatal here
-    statuses = []
+    remote = ray.remote(num_cpus=pool.num_cpus, num_gpus=pool.num_gpus, max_restarts=0, max_task_retries=0, **_actor_asks(pool))(_Host)
+    queue, starting, running, free = list(blocks), {}, {}, []
+    statuses, deaths, dead = [], 0, set()
     progress = Progress(stage, sum(b.num_rows for b in blocks))
+
+    def start() -> None:
+        actor = remote.remote(worker_cls, worker_kwargs, row_schema, pool.threads)
+        starting[actor.ready.remote()] = actor
+
+    def died(actor) -> None:
+        nonlocal deaths, free
+        if actor._actor_id in dead:  # its other queued batch
+            return
+        dead.add(actor._actor_id)
+        deaths += 1
+        free = [a for a in free if a._actor_id != actor._actor_id]
+        if deaths < pool.size * MAX_ACTOR_RESTARTS and queue:
+            start()
+
+    for _ in range(min(pool.size, len(queue))):
+        start()
     try:
-        # Streaming: parts are written by the actors as batches finish, statuses come back here.
-        for batch in dataset.iter_batches(batch_size=None, batch_format="pyarrow"):
+        while queue or running:
+            while free and queue:
+                actor = free.pop(0)
+                running[actor.run.remote(queue.pop(0))] = actor
+            if not running and not starting:
+                break  # no worker left: the rest is isolated below
+            ref = ray.wait([*running, *starting], num_returns=1)[0][0]
+            if ref in starting:
+                actor = starting.pop(ref)
+                try:
+                    ray.get(ref)
+                    free += [actor] * BATCHES_IN_FLIGHT
+                except RayActorError as exc:
+                    if "creation task" in str(exc):  # its constructor raised: the same every time
+                        raise RuntimeError(f"{stage}: the worker cannot start: {_last_line(exc)}") from exc
+                    log.warning("%s: a worker died while starting (%s)", stage, _death_reason(exc)[:300])
+                    died(actor)
+                continue
+            actor = running.pop(ref)
+            try:
+                batch = ray.get(ref)
+            except RayActorError:
+                died(actor)
+                continue
             statuses.append(batch)
             progress.add(batch.num_rows)
-    except Exception as exc:  # e.g. the pool ran out of restarts: what is left is isolated
-        log.warning("%s: the actor pool stopped (%s: %s); finishing the remaining batches one worker at a time", stage, type(exc).__name__, str(exc)[:300])
+            free.append(actor)
+    finally:
+        for actor in {a._actor_id: a for a in [*free, *running.values(), *starting.values()]}.values():
+            ray.kill(actor)
     failed = _lost_rows(blocks, statuses)
     if failed:
         log.warning("%s: %d batches (%d requests) lost their worker; isolating the cause", stage, len(failed), sum(b.num_rows for b in failed))
