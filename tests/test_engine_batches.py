@@ -215,3 +215,38 @@ def test_engine_actors_use_the_threads_compute_asks_for(ray_session, monkeypatch
         assert _Host(ThreadsWorker, {}, None, None).run(block[0]).column("detail").to_pylist() == ["1", "1"]  # left as it was
     finally:
         torch.set_num_threads(1)  # the suite's setting (conftest)
+
+
+# A fresh driver (Ray's core logs the line once per process) joins the session's Ray and runs a
+# stage's main pass on two actors.
+MAIN_PASS = """
+import pyarrow as pa
+import ray
+from pipeline.stages.engine_stage import ActorPool, compute_blocks, status_table
+
+class Echo:
+    def __call__(self, batch):
+        return status_table(batch.column("key").to_pylist(), pa.table({"key": pa.array([], pa.string())}))
+
+ray.init(log_to_driver=False)
+blocks = [pa.table({"key": [f"k{i}", f"k{i}x"]}) for i in range(6)]
+done = compute_blocks(blocks, Echo, {}, ActorPool(size=2, num_cpus=0.5), stage="answers/t")
+print("ok", done.num_rows, sum(done.column("ok").to_pylist()))
+"""
+
+
+def test_the_main_pass_gives_ray_no_error_line_about_constructor_arguments(ray_session, tmp_path):
+    """Ray's core logs an ERROR line for an actor that may restart with constructor arguments in
+    the object store, as a Ray Data actor pool's actors always have; the stage's own actors get
+    theirs inline."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=str(repo), RAY_ADDRESS=ray_session.get_runtime_context().gcs_address)
+    done = subprocess.run([sys.executable, "-c", MAIN_PASS], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ok 12 12" in done.stdout
+    assert [line for line in done.stderr.splitlines() if " E " in line[:40] or "core_worker" in line] == []
