@@ -75,20 +75,31 @@ def tiny_gdino_dir(tmp_path_factory):
     return str(build_tiny_grounding_dino(tmp_path_factory.mktemp("tiny-gdino") / "model"))
 
 
-@pytest.fixture
-def moto_s3(monkeypatch):
-    """A local S3 (moto's server on 127.0.0.1, a free port) reached through the environment,
-    as users reach theirs; yields an s3fs filesystem on it. Stopped after the test."""
+@pytest.fixture(scope="session")
+def moto_endpoint():
+    """One local S3 (moto's server on 127.0.0.1, a free port) for the whole session; `moto_s3`
+    empties it before each test."""
     moto_server = pytest.importorskip("moto.server")
-    s3fs = pytest.importorskip("s3fs")
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def moto_s3(moto_endpoint, monkeypatch):
+    """An empty local S3 reached through the environment, as users reach theirs; yields an
+    s3fs filesystem on it. Every bucket and object of an earlier test is gone (moto's reset)."""
+    import urllib.request
+
+    s3fs = pytest.importorskip("s3fs")
+    urllib.request.urlopen(urllib.request.Request(f"{moto_endpoint}/moto-api/reset", method="POST"), timeout=30).read()
     env = {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://{host}:{port}",
+        "AWS_ENDPOINT_URL": moto_endpoint,
     }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -97,4 +108,3 @@ def moto_s3(monkeypatch):
         yield s3fs.S3FileSystem()
     finally:
         s3fs.S3FileSystem.clear_instance_cache()
-        server.stop()
