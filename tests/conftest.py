@@ -21,6 +21,18 @@ os.environ.pop("RAY_API_SERVER_ADDRESS", None)
 os.environ["RAY_ADDRESS"] = "local"
 
 
+# Fixtures that make every test using them slow: a Ray of its own, real vLLM engines.
+SLOW_FIXTURES = ("ray_session", "vllm_engines")
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that starts Ray or loads vLLM is `slow` without saying so: the fast tier
+    (`pytest -m "not slow"`) never waits for either."""
+    for item in items:
+        if set(SLOW_FIXTURES) & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _single_threaded_torch():
     # With the default 2 threads and a busy second core a tiny forward was ~80x slower.
