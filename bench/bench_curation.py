@@ -35,7 +35,7 @@ import pipeline  # noqa: E402, F401  first: it sets the allocators before pyarro
 # isort: split
 from curation_shards import pair_rows, tar_samples, write_parquet, write_tar  # noqa: E402
 
-from pipeline.curation.config import load_curation_config  # noqa: E402
+from pipeline.curation.curation_config import load_curation_config  # noqa: E402
 from pipeline.curation.run import run_curation  # noqa: E402
 from pipeline.runtime import ensure_ray  # noqa: E402
 
@@ -82,7 +82,7 @@ def driver_state() -> dict:
     import pyarrow as pa
     import ray
 
-    from pipeline.store import parts as st
+    from pipeline.store.parts import _INDEXES
 
     gc.collect()
     status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
@@ -97,7 +97,7 @@ def driver_state() -> dict:
         "shmem": mb(status, "RssShmem"),
         "file": mb(status, "RssFile"),
         "arrow": pa.total_allocated_bytes() / 2**20,
-        "indexes": st._INDEXES.nbytes / 2**20,
+        "indexes": _INDEXES.nbytes / 2**20,
         "threads": int(status["Threads"]),
         "objects": len(objects),
         "datasets": names.count("Dataset") + names.count("MaterializedDataset"),
@@ -145,9 +145,9 @@ class PeakWhere:
 def probe_windows() -> list[dict]:
     """Print `driver_state()` after each curation window, with where its RSS peaked; returns
     the rows printed."""
-    from pipeline.curation import run as curation_run
+    from pipeline.curation import run
 
-    process_window, rows = curation_run.process_window, []
+    process_window, rows = run.process_window, []
 
     def probed(*args, **kwargs):
         Path("/proc/self/clear_refs").write_text("5")  # VmHWM from here: this window's peak
@@ -160,7 +160,7 @@ def probe_windows() -> list[dict]:
         print(f"window {len(rows):>3}: " + ", ".join(f"{k} {v:,.1f}" if isinstance(v, float) else f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in rows[-1].items()), flush=True)
         return errors
 
-    curation_run.process_window = probed
+    run.process_window = probed
     return rows
 
 

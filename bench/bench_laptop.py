@@ -93,7 +93,7 @@ def build(path: Path) -> Path:
     import torch
     from transformers import Qwen2VLImageProcessor, Qwen3_5Config, Qwen3_5ForConditionalGeneration, Qwen3VLProcessor, Qwen3VLVideoProcessor
 
-    from operators.micro_vlm import tokenizer_corpus
+    from operators.micro_vlm_recipe import tokenizer_corpus
     from operators.tiny_models import CHAT_TEMPLATE, _train_tokenizer
     from pipeline.config import load_config
 

@@ -80,7 +80,7 @@ def own_rows_per_part(code: Path) -> int:
 
 
 def _curate(root: Path, inputs: Path, name: str, rows_per_part: int, extra: list[str]):
-    from pipeline.curation.config import load_curation_config
+    from pipeline.curation.curation_config import load_curation_config
     from pipeline.curation.run import run_curation
 
     part = [f"compute.rows_per_part={rows_per_part}"]
@@ -153,7 +153,7 @@ def actor_overhead(cfg, items, n_requests: int, rows_per_part: int, store_url: s
     import polars as pl
     import pyarrow as pa
 
-    from pipeline.stages import engine_stage
+    from pipeline.stages import engine_stage, engine_workers
     from pipeline.stages.answers import plan_answers
 
     backbone = cfg.backbones["zero-cost"]
@@ -172,12 +172,12 @@ def actor_overhead(cfg, items, n_requests: int, rows_per_part: int, store_url: s
     kwargs = {"backbone": backbone, "templates": cfg.prompts.templates, "store_url": store_url}
     batched = hasattr(engine_stage, "PartWriter") and hasattr(engine_stage, "cut_batches")
     if batched:  # Ray batches of whole parts, as compute_blocks sends them
-        writer = engine_stage.PartWriter(engine_stage.AnswerWorker, kwargs)
+        writer = engine_stage.PartWriter(engine_workers.AnswerWorker, kwargs)
         worker, call = writer.worker, writer
         pool = engine_stage.ActorPool(rows_per_batch=cfg.sweep.compute.rows_per_batch, rows_per_part=rows_per_part)
         calls = engine_stage.cut_batches(requests, pa.array([True] * requests.num_rows), pool)
     else:  # older code: one worker call per part
-        worker = call = engine_stage.AnswerWorker(**kwargs)
+        worker = call = engine_workers.AnswerWorker(**kwargs)
         calls = [requests.slice(offset, rows_per_part) for offset in range(0, requests.num_rows, rows_per_part)]
     timed = _TimedEngine(worker.engine)
     worker.engine = timed
@@ -292,7 +292,7 @@ def one_case(args) -> dict:
 
 def actor_case(args, root: Path, work: Path) -> dict:
     """`--actor-only`: the answer actor's figures alone, on the first shard's items (no curation run)."""
-    from pipeline.curation.config import load_curation_config
+    from pipeline.curation.curation_config import load_curation_config
 
     cfg = load_curation_config(["curation=smoke", f"root={root}", f"inputs=[{args.inputs}/]", "name=actor", "backbones=[zero-cost]",
                                 f"compute.rows_per_part={args.rows_per_part}", "compute.progress_bars=false", *args.set])

@@ -132,11 +132,11 @@ def measure(root: str, kind: str, size: int, night: int, n: int) -> dict:
 
 def _clear_index_cache() -> None:
     """Forget parsed key indexes (code without them has nothing to forget)."""
-    from pipeline.store import parts as store_mod
+    from pipeline.store import parts
 
-    cache = getattr(store_mod, "_INDEXES", None)
+    cache = getattr(parts, "_INDEXES", None)
     if cache is not None:
-        store_mod._INDEXES = type(cache)(cache.max_bytes)
+        parts._INDEXES = type(cache)(cache.max_bytes)
 
 
 def _child(code: Path, *args) -> dict:

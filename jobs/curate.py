@@ -20,7 +20,7 @@ if not __package__:  # run as a file (python jobs/<job>.py): this checkout's cod
 
 from pipeline import console  # noqa: E402
 from pipeline.cli import guarded, one_line  # noqa: E402
-from pipeline.curation.config import load_curation_config  # noqa: E402
+from pipeline.curation.curation_config import load_curation_config  # noqa: E402
 from pipeline.curation.report import summary_text  # noqa: E402
 from pipeline.curation.run import run_curation  # noqa: E402
 from pipeline.curation.shards import ShardError  # noqa: E402

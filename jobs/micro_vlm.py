@@ -3,7 +3,7 @@ r"""Train or measure the built-in micro VLM (builtin:micro-vlm):
     python jobs/micro_vlm.py train [out=operators/weights/micro_vlm] [seconds=2400] [seed=0]
     python jobs/micro_vlm.py evaluate [backbone=micro] [n_per_type=200] [seed=0] [out=DIR]
 
-`train` runs the recipe of operators/micro_vlm.py: a Qwen3-VL (1,219,008 parameters, text head_dim
+`train` runs the recipe of operators/micro_vlm_recipe.py: a Qwen3-VL (1,219,008 parameters, text head_dim
 32) trained on fresh draws of the demo world's three yes/no request kinds, saved with save_pretrained
 in float16 (2.4 MB). It trains for `seconds` of wall time (threads=2 by default, threads=1 on a
 shared 2-core machine); `init=` continues from a saved folder, with that folder's tokenizer;
@@ -67,7 +67,7 @@ beside a red square) they answer Yes (0-29% right, against 27-100% for the secon
 is not yet bound to shape. A recipe that draws those near misses more often is the next thing to try.
 `evaluate` answers held-out draws and the demo benchmark's own requests through the engine the
 backbone config names (hf or vllm) and prints accuracy per request kind and fact type, the
-holistic AUC and the median answer mass, against issue 27's floors (pipeline/micro_vlm.py), and
+holistic AUC and the median answer mass, against issue 27's floors (pipeline/micro_vlm_training.py), and
 the same for held-out caption-only requests about hybrid captions (the hardest kind for them). Its
 backbone is a config name (conf/backbones/micro.yaml); to measure a folder `train` wrote elsewhere,
 give a backbones/<name>.yaml with model_id: <that folder> in a $DEPICT_CONF folder.
@@ -81,7 +81,7 @@ from pathlib import Path
 if not __package__:  # run as a file (python jobs/<job>.py): this checkout's code, from a fresh clone
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from pipeline.micro_vlm import evaluate_micro_vlm, train_micro_vlm  # noqa: E402
+from pipeline.micro_vlm_training import evaluate_micro_vlm, train_micro_vlm  # noqa: E402
 
 DEFAULT_OUT = str(Path(__file__).resolve().parent.parent / "operators" / "weights" / "micro_vlm")
 

@@ -26,7 +26,7 @@ if not __package__:  # run as a file (python jobs/<job>.py): this checkout's cod
 from pipeline import console  # noqa: E402
 from pipeline.cli import guarded  # noqa: E402
 from pipeline.config import ConfigError, load_config  # noqa: E402
-from pipeline.preflight import PreflightOptions, run_preflight  # noqa: E402
+from pipeline.preflight_checks import PreflightOptions, run_preflight  # noqa: E402
 
 OPTIONS = {"min_mass": ("min_median_mass", float), "min_p5": ("min_p5_mass", float), "tolerance": ("tolerance", float),
            "compare_hf": ("compare_hf", lambda v: v.lower() in ("1", "true", "yes")), "images": ("images", int)}

@@ -6,7 +6,7 @@ Each scene is a few flat shapes (circle, square, triangle, star) in four colours
 grid, on a plain background, 256x256 pixels. A caption is built from clauses (things,
 spatial relations, negations) that expand into atomic facts, and each fact can be checked
 against the scene. `pipeline.benchmarks.demo` turns the fixed items below into the demo
-benchmark; `operators.micro_vlm` trains the built-in micro VLM on `WorldSampler` draws.
+benchmark; `operators.micro_vlm_recipe` trains the built-in micro VLM on `WorldSampler` draws.
 
 Determinism: shapes are rasterised with exact numpy tests at pixel centres (Pillow's
 drawing code changes between versions), and PNGs are written with uncompressed (stored)

@@ -42,12 +42,12 @@ import pyarrow as pa
 
 from operators import schema
 from operators.metrics.decomposed import question_table
-from pipeline.config import ConfigError, ResolvedConfig, join_url, load_config, needs_grounding, refuse_non_writers
+from pipeline.config import ConfigError, ResolvedConfig, load_config, needs_grounding, refuse_non_writers
 from pipeline.scoring import Timings, score_items_all_backbones
 from pipeline.stages import ingest
 from pipeline.stages.engine_stage import StageReport
 from pipeline.stages.executor import LocalExecutor, running_locally
-from pipeline.store import parts as st
+from pipeline.store.fs import exists, join_url, read_table, write_table
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +240,7 @@ class Scorer:
         errors = pl.from_arrow(pa.concat_tables([schema.conform(t, schema.ERRORS) for t in error_tables]))
         last.errors = errors
         last.timings["total"] = time.perf_counter() - t_start
-        st.write_table(f"{run_dir}/errors.parquet", errors.to_arrow())
+        write_table(f"{run_dir}/errors.parquet", errors.to_arrow())
         records = self._records(run_dir, pairs.frame, cfg)
         return wide_scores(pairs, scored, errors, self.metrics), records
 
@@ -249,7 +249,7 @@ class Scorer:
             items, report, errors = ingest.prepare_items(items)
             last.reports.append(report)
             error_tables += errors
-            st.write_table(f"{run_dir}/items.parquet", schema.conform(items.to_arrow(), schema.ITEMS))
+            write_table(f"{run_dir}/items.parquet", schema.conform(items.to_arrow(), schema.ITEMS))
         if items.height == 0:
             return pl.from_arrow(schema.SCORES.empty_table())
         scored = score_items_all_backbones(items, shipped, cfg, run_dir, last.timings)
@@ -259,9 +259,9 @@ class Scorer:
 
     def _records(self, run_dir: str, pairs: pl.DataFrame, cfg: ResolvedConfig) -> pl.DataFrame:
         url = f"{run_dir}/records/{self.backbone}.parquet"
-        if not st.exists(url):
+        if not exists(url):
             return pl.DataFrame(schema={"row": pl.Int64, "question_set": pl.String, "question": pl.String})
-        recs = question_table(pl.from_arrow(st.read_table(url)), cfg.sweep.probability)
+        recs = question_table(pl.from_arrow(read_table(url)), cfg.sweep.probability)
         recs = recs.with_columns(row=pl.col("item_id").cast(pl.Int64)).drop("item_id")
         return recs.select("row", *[c for c in recs.columns if c != "row"]).sort("row", "question_set", "question_id")
 

@@ -21,8 +21,9 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from operators.engines.spec import BackboneSpec
-from operators.judge import JUDGE_KINDS
+from operators.judge_output import JUDGE_KINDS
 from operators.views import FILLS
+from pipeline.store.fs import join_url
 
 log = logging.getLogger(__name__)
 
@@ -354,10 +355,6 @@ class ResolvedConfig:
             "benchmarks": {k: OmegaConf.to_container(OmegaConf.structured(v)) for k, v in self.benchmarks.items()},
             "prompts": {"version": self.prompts.version, "templates": dict(self.prompts.templates)},
         }
-
-
-def join_url(base: str, *parts: str) -> str:
-    return "/".join([base.rstrip("/"), *[p.strip("/") for p in parts]])
 
 
 def _absolute(path: str) -> str:

@@ -23,7 +23,7 @@ import polars as pl
 
 from pipeline.api import Scorer
 from pipeline.runtime import git_commit, library_versions
-from pipeline.store import parts as st
+from pipeline.store.fs import exists, read_bytes, write_bytes_atomic, write_json, write_table
 
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".parquet": "parquet"}
 
@@ -60,9 +60,9 @@ def read_table_file(path: str, what: str) -> pl.DataFrame:
     suffix = next((s for s in FORMATS if path.lower().endswith(s)), None)
     if suffix is None:
         raise PairsFileError(f"{what} {path}: unknown format; expected one of {sorted(FORMATS)}")
-    if not st.exists(path):
+    if not exists(path):
         raise PairsFileError(f"{what} {path}: no such file")
-    data = st.read_bytes(path)
+    data = read_bytes(path)
     try:
         if FORMATS[suffix] == "csv":
             return pl.read_csv(data, infer_schema=False)
@@ -104,12 +104,12 @@ def run_pairs(job: PairsJob) -> tuple[pl.DataFrame, str]:
         pairs, image_column=job.image, caption_column=job.caption, questions=questions, records=True, strict=job.strict, out_dir=out
     )
     scores = scores.rename({"image": job.image, "caption": job.caption})  # the file's own column names
-    st.write_table(f"{out}/pair_scores.parquet", scores.to_arrow())
-    st.write_bytes_atomic(f"{out}/pair_scores.csv", _flat(scores).write_csv().encode())
-    st.write_table(f"{out}/pair_records.parquet", records.to_arrow())
+    write_table(f"{out}/pair_scores.parquet", scores.to_arrow())
+    write_bytes_atomic(f"{out}/pair_scores.csv", _flat(scores).write_csv().encode())
+    write_table(f"{out}/pair_records.parquet", records.to_arrow())
     summary = summary_text(job, scorer, scores, out)
-    st.write_bytes_atomic(f"{out}/summary.txt", summary.encode())
-    st.write_json(
+    write_bytes_atomic(f"{out}/summary.txt", summary.encode())
+    write_json(
         f"{out}/manifest.json",
         {
             "pairs": job.pairs, "out": out, "backbone": job.backbone, "metrics": job.metrics, "store": scorer.store,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from pipeline import console
-from pipeline.store import settings as storage
+from pipeline.store import settings
 
 log = logging.getLogger(__name__)
 
@@ -244,8 +244,8 @@ def worker_env_vars() -> dict[str, str]:
     Inside a submitted job, the variables its runtime_env already sets are left out: workers
     have them, and Ray refuses a driver that sets one of them again.
     """
-    already = storage.submitted_job_env_vars()
-    return {k: v for k, v in (storage.worker_env() | console.worker_env()).items() if k not in already}
+    already = settings.submitted_job_env_vars()
+    return {k: v for k, v in (settings.worker_env() | console.worker_env()).items() if k not in already}
 
 
 def library_versions() -> dict[str, str | None]:

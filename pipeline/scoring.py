@@ -26,14 +26,14 @@ from pipeline.config import (
     judge_kinds,
     required_question_sets,
 )
-from pipeline.stages import questions as qstage
 from pipeline.stages.answers import AnswerReport, answer_store, plan_answers, run_answers
 from pipeline.stages.engine_stage import StageReport
 from pipeline.stages.evidence import run_evidence
 from pipeline.stages.judge import run_judge
+from pipeline.stages.questions import generated_questions, provided_questions
 from pipeline.stages.scores import errors_for_items, question_records, score_items
-from pipeline.store import parts as st
 from pipeline.store.admin import compact_between_windows
+from pipeline.store.fs import TMP_PREFIX, filesystem, read_table, write_table
 
 log = logging.getLogger(__name__)
 WINDOWS_FOLDER = "_windows"  # scratch for per-window records; removed once they are merged
@@ -77,14 +77,14 @@ def obtain_questions(items: pl.DataFrame, shipped: pl.DataFrame | None, cfg: Res
     s, q = cfg.sweep, cfg.sweep.questions
     sets = required_question_sets(s)
     if q.source == "benchmark":
-        questions, errors = qstage.provided_questions(items, shipped, sets)
+        questions, errors = provided_questions(items, shipped, sets)
         out.errors.append(errors)
         out.questions = questions
         return {b: questions for b in s.backbones}
     generators = question_generators(s)
     generated = {}
     for name in generators:
-        generated[name], report = qstage.generated_questions(items, sets, cfg.backbones[name], cfg.prompts, s.store, s.compute, q.max_questions)
+        generated[name], report = generated_questions(items, sets, cfg.backbones[name], cfg.prompts, s.store, s.compute, q.max_questions)
         out.reports.append(report)
         out.errors.append(report.errors)
     out.questions = pl.concat(list(generated.values()))
@@ -97,7 +97,7 @@ def questions_step(items: pl.DataFrame, shipped: pl.DataFrame | None, cfg: Resol
     out = Scored(questions=pl.from_arrow(schema.QUESTIONS.empty_table()), scores=pl.from_arrow(schema.SCORES.empty_table()))
     with timings("questions"):
         questions_by_backbone = obtain_questions(items, shipped, cfg, out)
-        st.write_table(f"{out_dir}/questions.parquet", schema.conform(out.questions.to_arrow(), schema.QUESTIONS))
+        write_table(f"{out_dir}/questions.parquet", schema.conform(out.questions.to_arrow(), schema.QUESTIONS))
     return out, questions_by_backbone
 
 
@@ -122,10 +122,10 @@ def score_items_all_backbones(items: pl.DataFrame, shipped: pl.DataFrame | None,
             scores = score_items(
                 items, plan, answers, backbone=name, metric_ids=[m for m in s.metrics if is_answer_metric(m)], lam=s.lam, probability=s.probability, errors=report.errors
             )
-            st.write_table(f"{out_dir}/scores/{name}.parquet", scores.to_arrow())
+            write_table(f"{out_dir}/scores/{name}.parquet", scores.to_arrow())
             records = question_records(plan, answers, name)
             if records.height:
-                st.write_table(f"{out_dir}/records/{name}.parquet", records.to_arrow())
+                write_table(f"{out_dir}/records/{name}.parquet", records.to_arrow())
         scores = add_evidence_and_judge(items, plan, answers, scores, backbone, cfg, out_dir, timings, out)
         frames.append(scores)
     if frames:
@@ -156,7 +156,7 @@ def add_evidence_and_judge(items: pl.DataFrame, plan, answers: pl.DataFrame, sco
     if not extra:
         return scores
     scores = pl.concat([scores, *extra])
-    st.write_table(f"{out_dir}/scores/{backbone.name}.parquet", scores.to_arrow())
+    write_table(f"{out_dir}/scores/{backbone.name}.parquet", scores.to_arrow())
     return scores
 
 
@@ -228,13 +228,13 @@ def score_items_windowed(items: pl.DataFrame, shipped: pl.DataFrame | None, cfg:
                 records = question_records(plan, answers, name)
                 if records.height:
                     record_urls.append(f"{scratch}/{name}/records-{k:05d}.parquet")
-                    st.write_table(record_urls[-1], records.to_arrow())
+                    write_table(record_urls[-1], records.to_arrow())
             del plan, answers, records, needed
         with timings("scores"):
             scores = in_one_pass_order(window_scores, items)
-            st.write_table(f"{out_dir}/scores/{name}.parquet", scores.to_arrow())
+            write_table(f"{out_dir}/scores/{name}.parquet", scores.to_arrow())
             if record_urls:
-                write_concatenated(f"{out_dir}/records/{name}.parquet", (st.read_table(url) for url in record_urls))
+                write_concatenated(f"{out_dir}/records/{name}.parquet", (read_table(url) for url in record_urls))
         merged = merge_window_reports(reports, pl.concat(masses))
         out.reports.append(merged)
         out.errors.append(merged.errors)
@@ -287,10 +287,10 @@ def write_concatenated(url: str, tables: Iterable[pa.Table]) -> None:
     and made visible only when complete (a local temp file renamed; one upload elsewhere)."""
     import pyarrow.parquet as pq
 
-    fs, path = st.filesystem(url)
+    fs, path = filesystem(url)
     folder = posixpath.dirname(path)
     local = "file" in ((fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol))
-    target = posixpath.join(folder, f"{st.TMP_PREFIX}{uuid.uuid4().hex}-{posixpath.basename(path)}") if local else path
+    target = posixpath.join(folder, f"{TMP_PREFIX}{uuid.uuid4().hex}-{posixpath.basename(path)}") if local else path
     if local:
         fs.makedirs(folder, exist_ok=True)
     writer = None
@@ -311,7 +311,7 @@ def write_concatenated(url: str, tables: Iterable[pa.Table]) -> None:
 
 def remove_scratch(out_dir: str) -> None:
     """Delete the per-window scratch folder (also left by a killed run: the next one removes it)."""
-    fs, path = st.filesystem(f"{out_dir}/{WINDOWS_FOLDER}")
+    fs, path = filesystem(f"{out_dir}/{WINDOWS_FOLDER}")
     fs.invalidate_cache(path)
     if fs.exists(path):
         fs.rm(path, recursive=True)

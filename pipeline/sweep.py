@@ -22,8 +22,8 @@ from pipeline.runtime import MemoryLimits, ensure_ray, git_commit, joins_cluster
 from pipeline.scoring import Timings, remove_scratch, score_items_windowed
 from pipeline.stages import ingest
 from pipeline.stages.engine_stage import StageReport
-from pipeline.store import parts as st
-from pipeline.store import run_folder as runstate
+from pipeline.store import run_folder
+from pipeline.store.fs import write_bytes_atomic, write_table
 from pipeline.store.lease import Lease
 
 log = logging.getLogger(__name__)
@@ -77,8 +77,8 @@ def sweep_paths(cfg: ResolvedConfig) -> dict[str, str]:
 def _run(cfg: ResolvedConfig, lease: Lease) -> RunResult:
     s = cfg.sweep
     result = RunResult(run_dir=cfg.run_dir)
-    result.run_id = runstate.new_run_id()
-    runstate.begin(result.run_dir, result.run_id, {"run_dir": result.run_dir, "config": cfg.to_dict()})
+    result.run_id = run_folder.new_run_id()
+    run_folder.begin(result.run_dir, result.run_id, {"run_dir": result.run_dir, "config": cfg.to_dict()})
     clock = result.timings
     error_tables: list[pa.Table] = []
     t_start = time.perf_counter()
@@ -92,7 +92,7 @@ def _run(cfg: ResolvedConfig, lease: Lease) -> RunResult:
         items, report, errors = ingest.prepare_items(items, hash_cache=f"{s.store}/image_hashes")
         result.reports.append(report)
         error_tables += errors
-        st.write_table(f"{result.run_dir}/items.parquet", schema.conform(items.to_arrow(), schema.ITEMS))
+        write_table(f"{result.run_dir}/items.parquet", schema.conform(items.to_arrow(), schema.ITEMS))
     result.counts["items"] = items.height
     result.counts["unique_captions"] = items["caption"].n_unique()
     result.counts["unique_images"] = items["image_hash"].n_unique()
@@ -108,19 +108,19 @@ def _run(cfg: ResolvedConfig, lease: Lease) -> RunResult:
     with clock("metaeval"):
         result.statistics, result.deltas, problems = metaevaluate(cfg, items, result.scores)
         error_tables.append(problems)
-        st.write_table(f"{result.run_dir}/statistics.parquet", result.statistics.to_arrow())
-        st.write_table(f"{result.run_dir}/deltas.parquet", result.deltas.to_arrow())
+        write_table(f"{result.run_dir}/statistics.parquet", result.statistics.to_arrow())
+        write_table(f"{result.run_dir}/deltas.parquet", result.deltas.to_arrow())
         _write_csv(f"{result.run_dir}/statistics.csv", result.statistics)
         _write_csv(f"{result.run_dir}/deltas.csv", result.deltas)
 
     errors = pl.from_arrow(pa.concat_tables([schema.conform(t, schema.ERRORS) for t in error_tables]))
     result.errors = errors
-    st.write_table(f"{result.run_dir}/errors.parquet", errors.to_arrow())
+    write_table(f"{result.run_dir}/errors.parquet", errors.to_arrow())
     result.counts["errors"] = errors.height
     result.timings["total"] = time.perf_counter() - t_start
-    st.write_bytes_atomic(f"{result.run_dir}/summary.txt", summary_text(cfg, result).encode())
+    write_bytes_atomic(f"{result.run_dir}/summary.txt", summary_text(cfg, result).encode())
     lease.check()  # never mark finished a folder another run has taken over
-    runstate.finish(result.run_dir, result.run_id, manifest(cfg, result))
+    run_folder.finish(result.run_dir, result.run_id, manifest(cfg, result))
     return result
 
 
@@ -157,7 +157,7 @@ def metaevaluate(cfg: ResolvedConfig, items: pl.DataFrame, scores: pl.DataFrame)
 
 def _write_csv(url: str, frame: pl.DataFrame) -> None:
     flat = frame.with_columns([pl.col(c).list.join(";") for c, t in frame.schema.items() if isinstance(t, pl.List)])
-    st.write_bytes_atomic(url, flat.write_csv().encode())
+    write_bytes_atomic(url, flat.write_csv().encode())
 
 
 def manifest(cfg: ResolvedConfig, result: RunResult) -> dict:

@@ -184,7 +184,7 @@ def test_boundary_values_are_accepted(tmp_path):
     ],
 )
 def test_curation_ranges(args, key, tmp_path):
-    from pipeline.curation.config import load_curation_config
+    from pipeline.curation.curation_config import load_curation_config
 
     with pytest.raises(ConfigError) as info:
         load_curation_config([f"root={tmp_path}", *args])

@@ -19,11 +19,12 @@ from hypothesis import strategies as hst
 from operators.hashing import image_hash
 from operators.images import read_image_bytes
 from pipeline.config import ConfigError
-from pipeline.curation.config import load_curation_config, scoring_fingerprint
+from pipeline.curation.curation_config import load_curation_config, scoring_fingerprint
 from pipeline.curation.manifest import Manifest
+from pipeline.curation.publish import filtered_rows
 from pipeline.curation.report import histogram_png
 from pipeline.curation.rule import Rule, apply_rule
-from pipeline.curation.shards import Shard, ShardError, current_version, discover, filtered_rows, read_shard, shard_pairs
+from pipeline.curation.shards import Shard, ShardError, current_version, discover, read_shard, shard_pairs
 from pipeline.store.folder import Folder
 
 

@@ -25,7 +25,7 @@ from killing import kill_when, settled
 from scipy.special import expit
 
 from operators import schema
-from pipeline.curation.config import load_curation_config
+from pipeline.curation.curation_config import load_curation_config
 from pipeline.curation.report import summary_text
 from pipeline.curation.run import run_curation
 from pipeline.curation.shards import discover, read_shard

@@ -17,7 +17,7 @@ from killing import kill_when, settled
 
 from operators import schema
 from pipeline.config import ConfigError
-from pipeline.curation.config import load_curation_config
+from pipeline.curation.curation_config import load_curation_config
 from pipeline.curation.report import histogram_png, run_histogram
 from pipeline.curation.run import run_curation
 from pipeline.curation.shards import Shard, count_rows, discover

@@ -5,13 +5,13 @@ import collections
 
 import pytest
 
-from operators import demo_world as W
+from operators import demo_world
 from pipeline.benchmarks import demo
 
 
-def _draws(seed: int, split: str, n: int = 300) -> list[W.WorldRequest]:
-    sampler = W.WorldSampler(seed, split)
-    return [sampler.request(kind) for _ in range(n) for kind in W.REQUEST_KINDS]
+def _draws(seed: int, split: str, n: int = 300) -> list[demo_world.WorldRequest]:
+    sampler = demo_world.WorldSampler(seed, split)
+    return [sampler.request(kind) for _ in range(n) for kind in demo_world.REQUEST_KINDS]
 
 
 def test_same_seed_same_draws_and_splits_differ():
@@ -19,11 +19,11 @@ def test_same_seed_same_draws_and_splits_differ():
     assert _draws(3, "train", 50) != _draws(4, "train", 50)
     assert _draws(3, "train", 50) != _draws(3, "heldout", 50)
     with pytest.raises(ValueError, match="unknown split"):
-        W.WorldSampler(0, "benchmark")
+        demo_world.WorldSampler(0, "benchmark")
 
 
 def test_no_draw_is_a_benchmark_scene_or_caption():
-    scenes, captions = W.benchmark_scenes(), W.benchmark_captions()
+    scenes, captions = demo_world.benchmark_scenes(), demo_world.benchmark_captions()
     assert len(scenes) > 40 and len(captions) > 40
     for r in _draws(0, "train", 600):
         assert r.scene is None or frozenset(r.scene) not in scenes
@@ -41,20 +41,20 @@ def test_truths_follow_the_world_and_answers_are_balanced():
             assert r.answer == (r.fact_type != "negation")
         else:
             assert r.scene and r.caption is None and r.form in ("depict", "dsg")
-    for kind in W.REQUEST_KINDS:
+    for kind in demo_world.REQUEST_KINDS:
         yes = sum(v for (k, _, a), v in counts.items() if k == kind and a)
         total = sum(v for (k, _, _), v in counts.items() if k == kind)
         assert 0.4 < yes / total < 0.6, (kind, yes, total)
-    for fact_type in W.FACT_TYPES.values():  # image requests: every type, both answers
+    for fact_type in demo_world.FACT_TYPES.values():  # image requests: every type, both answers
         assert counts["image", fact_type, True] > 30 and counts["image", fact_type, False] > 30
 
 
 def test_caption_requests_of_one_template():
     """Hybrid captions (a thing stated beside a thing denied) on request: both kinds of question,
     truths as for any caption; the template is a caption request's option only."""
-    sampler = W.WorldSampler(2)
+    sampler = demo_world.WorldSampler(2)
     draws = [sampler.request("caption", template="hybrid") for _ in range(200)]
-    assert {W.Caption(tuple(_clauses(r.caption))).template for r in draws} == {"hybrid"}
+    assert {demo_world.Caption(tuple(_clauses(r.caption))).template for r in draws} == {"hybrid"}
     assert not any(r.caption.startswith("a picture with") for r in draws)  # the negation template's words
     asked = collections.Counter(r.fact_type for r in draws)
     assert asked["negation"] > 50 and asked["existence"] > 30  # denied things and stated ones
@@ -81,39 +81,39 @@ def test_caption_requests_of_one_template():
 
 def _clauses(text: str) -> list:
     """A caption's clauses parsed back from its text: enough to name its template."""
-    return [W.No("x") if part.startswith("no ") else W.Thing("x") for part in text.split(" and ")]
+    return [demo_world.No("x") if part.startswith("no ") else demo_world.Thing("x") for part in text.split(" and ")]
 
 
 def test_image_truths_recomputed_from_the_pixels_facts():
     """An image request's answer is the fact's truth on its scene, re-derived here from the
     caption-free question text through the benchmark's own question forms."""
-    sampler = W.WorldSampler(5)
+    sampler = demo_world.WorldSampler(5)
     for _ in range(200):
         r = sampler.request("image")
-        facts = [f for f in _all_facts(r.scene) if W.fact_question(f, r.form) == r.question]
+        facts = [f for f in _all_facts(r.scene) if demo_world.fact_question(f, r.form) == r.question]
         assert facts, r
-        assert {W.image_truth(f, r.form, r.scene) for f in facts} == {r.answer}
+        assert {demo_world.image_truth(f, r.form, r.scene) for f in facts} == {r.answer}
 
 
 def _all_facts(scene):
     """Every fact of every type and form whose question could be asked about these shapes."""
     out = []
-    for shape in W.SHAPES:
-        for colour in (*W.COLOURS, None):
-            out += [W.Fact("present", shape), W.Fact("absent", shape, colour)]
+    for shape in demo_world.SHAPES:
+        for colour in (*demo_world.COLOURS, None):
+            out += [demo_world.Fact("present", shape), demo_world.Fact("absent", shape, colour)]
             if colour:
-                out += [W.Fact("colour", shape, colour), W.Fact("colour", shape, colour, plural=True)]
-            out += [W.Fact("count", shape, colour, count=n) for n in W.NUMBER_WORDS]
-            for relation in W.RELATIONS:
-                for other in W.SHAPES:
-                    for other_colour in (*W.COLOURS, None):
-                        out.append(W.Fact("spatial", shape, colour, relation=relation, other=(other, other_colour)))
+                out += [demo_world.Fact("colour", shape, colour), demo_world.Fact("colour", shape, colour, plural=True)]
+            out += [demo_world.Fact("count", shape, colour, count=n) for n in demo_world.NUMBER_WORDS]
+            for relation in demo_world.RELATIONS:
+                for other in demo_world.SHAPES:
+                    for other_colour in (*demo_world.COLOURS, None):
+                        out.append(demo_world.Fact("spatial", shape, colour, relation=relation, other=(other, other_colour)))
     return out
 
 
 def test_sampled_scenes_render_with_the_benchmarks_rasteriser():
-    scene = W.WorldSampler(2).scene()
-    assert demo.render is W.render and demo.png_bytes(demo.render(scene))[:8] == b"\x89PNG\r\n\x1a\n"
+    scene = demo_world.WorldSampler(2).scene()
+    assert demo.render is demo_world.render and demo.png_bytes(demo.render(scene))[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 # ------------------------------------------------------------------ the large demo's drawn items
@@ -122,29 +122,29 @@ def test_sampled_scenes_render_with_the_benchmarks_rasteriser():
 def test_training_and_heldout_draws_never_enter_the_reserved_space_and_bench_draws_never_leave_it():
     for split in ("train", "heldout"):
         for r in _draws(0, split, 300):
-            assert r.scene is None or not W.reserved_scene(r.scene)
-            assert r.caption is None or not W.reserved_caption(r.caption)
-    bench = W.WorldSampler(0, "bench")
+            assert r.scene is None or not demo_world.reserved_scene(r.scene)
+            assert r.caption is None or not demo_world.reserved_caption(r.caption)
+    bench = demo_world.WorldSampler(0, "bench")
     scenes = [bench.scene() for _ in range(200)]
-    assert all(W.reserved_scene(s) for s in scenes)
-    assert all(W.reserved_caption(bench.caption(s).text) for s in scenes[:50])
+    assert all(demo_world.reserved_scene(s) for s in scenes)
+    assert all(demo_world.reserved_caption(bench.caption(s).text) for s in scenes[:50])
     # the rule is a content hash: order-free for scenes, word-order-free for captions (swapped pairs go together)
-    a, b = W.scene("red circle top left", "blue square bottom right"), W.scene("blue square bottom right", "red circle top left")
-    assert W.reserved_scene(a) == W.reserved_scene(b)
-    assert W.reserved_caption("a red circle above a blue square") == W.reserved_caption("a blue square above a red circle")
-    everything = [W.scene(f"{c} {s} top left") for c in W.COLOURS for s in W.SHAPES]
-    assert 0 < sum(map(W.reserved_scene, everything)) < len(everything)  # a share, not all or none
+    a, b = demo_world.scene("red circle top left", "blue square bottom right"), demo_world.scene("blue square bottom right", "red circle top left")
+    assert demo_world.reserved_scene(a) == demo_world.reserved_scene(b)
+    assert demo_world.reserved_caption("a red circle above a blue square") == demo_world.reserved_caption("a blue square above a red circle")
+    everything = [demo_world.scene(f"{c} {s} top left") for c in demo_world.COLOURS for s in demo_world.SHAPES]
+    assert 0 < sum(map(demo_world.reserved_scene, everything)) < len(everything)  # a share, not all or none
 
 
 def test_drawn_items_are_reserved_distinct_from_the_fixed_ones_and_true_to_their_roles():
-    correlation, winoground, mcq = W.drawn_items()
-    assert (len(correlation), len(winoground), len(mcq)) == tuple(W.DRAWN_SIZES.values())
-    assert W.drawn_items() == (correlation, winoground, mcq)  # the same on every call and machine
-    fixed_scenes, fixed_captions = W.benchmark_scenes(), W.benchmark_captions()
-    for s in W.item_scenes((correlation, winoground, mcq)):
-        assert W.reserved_scene(s) and frozenset(s) not in fixed_scenes
-    for c in W.item_captions((correlation, winoground, mcq)):
-        assert W.reserved_caption(c.text) and c.text not in fixed_captions
+    correlation, winoground, mcq = demo_world.drawn_items()
+    assert (len(correlation), len(winoground), len(mcq)) == tuple(demo_world.DRAWN_SIZES.values())
+    assert demo_world.drawn_items() == (correlation, winoground, mcq)  # the same on every call and machine
+    fixed_scenes, fixed_captions = demo_world.benchmark_scenes(), demo_world.benchmark_captions()
+    for s in demo_world.item_scenes((correlation, winoground, mcq)):
+        assert demo_world.reserved_scene(s) and frozenset(s) not in fixed_scenes
+    for c in demo_world.item_captions((correlation, winoground, mcq)):
+        assert demo_world.reserved_caption(c.text) and c.text not in fixed_captions
     assert len({p.caption.text for p in correlation}) == len(correlation)
 
     def true_of(cap, s):
@@ -171,7 +171,7 @@ def test_drawn_items_are_reserved_distinct_from_the_fixed_ones_and_true_to_their
 def test_the_large_demo_loads_the_fixed_items_then_the_drawn_ones(tmp_path):
     small = {part: demo.load(str(tmp_path / "small"), part=part) for part in ("correlation", "winoground", "mcq")}
     large = {part: demo.load(str(tmp_path / "large"), part=part, drawn=True) for part in ("correlation", "winoground", "mcq")}
-    drawn = {"correlation": 3 * W.DRAWN_SIZES["correlation"], "winoground": 4 * W.DRAWN_SIZES["winoground"], "mcq": 4 * W.DRAWN_SIZES["mcq"]}
+    drawn = {"correlation": 3 * demo_world.DRAWN_SIZES["correlation"], "winoground": 4 * demo_world.DRAWN_SIZES["winoground"], "mcq": 4 * demo_world.DRAWN_SIZES["mcq"]}
     for part, result in large.items():
         ids = result.items["item_id"].to_pylist()
         fixed = small[part].items["item_id"].to_pylist()

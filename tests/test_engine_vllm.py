@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 from PIL import Image
 from scipy.special import logsumexp
 
-from operators.engines import load_engine
-from operators.engines import vllm_requests as vr
+from operators.engines import load_engine, vllm_requests
 from operators.engines.base import Prompt
 from operators.engines.spec import BackboneSpec
 from operators.engines.yesno import render_prompt
@@ -49,7 +48,7 @@ PROMPTS = [
 # --- pure request building ---------------------------------------------------------------
 
 def test_image_grouped_order_hand_example():
-    order = vr.image_grouped_order(PROMPTS)
+    order = vllm_requests.image_grouped_order(PROMPTS)
     # Groups by first appearance: img-a (0, 2), img-b (1, 4), caption-only (3, 6), anonymous (5).
     assert order.tolist() == [0, 2, 1, 4, 3, 6, 5]
 
@@ -62,7 +61,7 @@ def test_image_grouped_order_invariants(kinds):
         Prompt(f"q{i}", None if k is None else image, None if k in (None, "anon") else k)
         for i, k in enumerate(kinds)
     ]
-    order = vr.image_grouped_order(prompts)
+    order = vllm_requests.image_grouped_order(prompts)
     assert sorted(order.tolist()) == list(range(len(prompts)))
     ids = [prompts[i].image_id for i in order if prompts[i].image_id is not None]
     for image_id in set(ids):  # each image's requests are contiguous
@@ -72,30 +71,30 @@ def test_image_grouped_order_invariants(kinds):
         members = [i for i in order if kinds[i] == group]
         assert members == sorted(members)
     grouped = [prompts[i].user for i in order]
-    assert vr.restore_order(grouped, order) == [p.user for p in prompts]
+    assert vllm_requests.restore_order(grouped, order) == [p.user for p in prompts]
 
 
 def test_restore_order_rejects_wrong_length():
     with pytest.raises(ValueError, match="2 results for 3 requests"):
-        vr.restore_order([1, 2], np.array([0, 1, 2]))
+        vllm_requests.restore_order([1, 2], np.array([0, 1, 2]))
 
 
 def test_build_request_fields():
-    request = vr.build_request(_prompt("Q?", "img-b"), "TEXT", max_pixels=100 * 100, min_pixels=10)
+    request = vllm_requests.build_request(_prompt("Q?", "img-b"), "TEXT", max_pixels=100 * 100, min_pixels=10)
     assert set(request) == {"prompt", "multi_modal_data", "multi_modal_uuids"}
     assert request["prompt"] == "TEXT"
     assert request["multi_modal_uuids"] == {"image": ["img-b"]}
     image = request["multi_modal_data"]["image"]
     assert isinstance(image, Image.Image) and image.size == (122, 81)  # 300x200 scaled by sqrt(1e4/6e4)
-    assert vr.build_request(_prompt("Q?"), "T", 100, 10) == {"prompt": "T"}
-    anonymous = vr.build_request(_prompt("Q?", anonymous_image=True), "T", 10_000, 10)
+    assert vllm_requests.build_request(_prompt("Q?"), "T", 100, 10) == {"prompt": "T"}
+    anonymous = vllm_requests.build_request(_prompt("Q?", anonymous_image=True), "T", 10_000, 10)
     assert set(anonymous) == {"prompt", "multi_modal_data"}  # vLLM hashes the pixels itself
 
 
 def test_sampling_kwargs_ask_for_exact_ids_and_never_prompt_logprobs():
-    kwargs = vr.yes_no_sampling_kwargs([5, 3, 5], [9])
+    kwargs = vllm_requests.yes_no_sampling_kwargs([5, 3, 5], [9])
     assert kwargs == {"max_tokens": 1, "temperature": 0.0, "logprob_token_ids": [3, 5, 9]}
-    generation = vr.generation_sampling_kwargs(40)
+    generation = vllm_requests.generation_sampling_kwargs(40)
     assert generation["max_tokens"] == 40 and generation["temperature"] == 0.0
     for k in (kwargs, generation):
         assert "prompt_logprobs" not in k and "logprobs" not in k
@@ -105,18 +104,18 @@ def test_media_limits_merge_user_options_and_options_override_defaults(tiny_vlm_
     spec = BackboneSpec(name="b", model_id="m", engine="vllm", engine_options={
         "limit_mm_per_prompt": {"video": 2}, "max_num_seqs": 8, "enable_prefix_caching": False, "cpu_dtype": "float32",
     })
-    kwargs = vr.llm_kwargs(spec, "/models/m")
+    kwargs = vllm_requests.llm_kwargs(spec, "/models/m")
     assert kwargs["limit_mm_per_prompt"] == {"image": 1, "video": 2, "audio": 0}
     assert kwargs["max_num_seqs"] == 8 and kwargs["enable_prefix_caching"] is False
     assert "cpu_dtype" not in kwargs  # an hf-engine option never reaches vLLM
-    assert vr.llm_kwargs(BackboneSpec(name="b", model_id="m"), "/m")["limit_mm_per_prompt"] == {"image": 1, "video": 0, "audio": 0}
+    assert vllm_requests.llm_kwargs(BackboneSpec(name="b", model_id="m"), "/m")["limit_mm_per_prompt"] == {"image": 1, "video": 0, "audio": 0}
 
 
 def test_unknown_llm_kwargs_are_named_with_suggestions():
     valid = {"model", "max_num_seqs", "quantization", "kv_cache_dtype"}
     with pytest.raises(ValueError, match=r"backbone 'b'.*'max_num_seq'.*did you mean 'max_num_seqs'"):
-        vr.check_llm_kwargs({"model": "m", "max_num_seq": 8}, valid, "b")
-    vr.check_llm_kwargs({"model": "m", "quantization": "fp8"}, valid, "b")
+        vllm_requests.check_llm_kwargs({"model": "m", "max_num_seq": 8}, valid, "b")
+    vllm_requests.check_llm_kwargs({"model": "m", "quantization": "fp8"}, valid, "b")
 
 
 # --- the adapter, against the fake vllm ----------------------------------------------------
@@ -212,12 +211,12 @@ def test_assistant_prefix_and_template_kwargs_reach_the_prompt(fake_vllm, backbo
 def test_parse_rejects_outputs_without_requested_logprobs(fake_vllm):
     completion = fake_vllm.CompletionOutput(0, "Yes", [7], None)
     with pytest.raises(ValueError, match="r1: no logprobs returned"):
-        vr.parse_yes_no(fake_vllm.RequestOutput("r1", "p", [completion]), [1], [2])
+        vllm_requests.parse_yes_no(fake_vllm.RequestOutput("r1", "p", [completion]), [1], [2])
     partial = fake_vllm.CompletionOutput(0, "Yes", [7], [{1: fake_vllm.Logprob(-0.1)}])
     with pytest.raises(ValueError, match=r"lack requested ids \[2\]"):
-        vr.parse_yes_no(fake_vllm.RequestOutput("r2", "p", [partial]), [1], [2])
+        vllm_requests.parse_yes_no(fake_vllm.RequestOutput("r2", "p", [partial]), [1], [2])
     with pytest.raises(ValueError, match="r3: no completion"):
-        vr.parse_yes_no(fake_vllm.RequestOutput("r3", "p", []), [1], [2])
+        vllm_requests.parse_yes_no(fake_vllm.RequestOutput("r3", "p", []), [1], [2])
 
 
 def test_missing_vllm_gives_install_hint(monkeypatch, backbone):

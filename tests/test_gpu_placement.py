@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from operators.engines import vllm as vllm_engine
+from operators.engines import vllm
 from operators.engines.spec import BackboneSpec
 from pipeline.config import ComputeSpec
 from pipeline.stages import engine_stage
@@ -30,7 +30,7 @@ def _nodes(monkeypatch, *gpus: float, groups=None):
 
 def test_a_vllm_engine_on_a_cluster_without_gpus_runs_on_the_cpu_build(monkeypatch, caplog):
     _nodes(monkeypatch, 0, 0)
-    monkeypatch.setattr(vllm_engine, "cpu_build", lambda: "0.32.0")
+    monkeypatch.setattr(vllm, "cpu_build", lambda: "0.32.0")
     pool = placeable(_pool("vllm"), "answers")
     assert pool.num_gpus == 0
     assert "backbone big asks for 2 GPU(s) per engine and this cluster has none: its vLLM engines run on the CPU" in caplog.text
@@ -38,14 +38,14 @@ def test_a_vllm_engine_on_a_cluster_without_gpus_runs_on_the_cpu_build(monkeypat
 
 def test_without_the_cpu_build_a_gpu_ask_on_a_cpu_cluster_fails_at_once(monkeypatch):
     _nodes(monkeypatch, 0)
-    monkeypatch.setattr(vllm_engine, "cpu_build", lambda: None)
+    monkeypatch.setattr(vllm, "cpu_build", lambda: None)
     with pytest.raises(RuntimeError, match=r"answers: backbone big asks for 2 GPU\(s\) per engine, but no node has a GPU.*install vLLM's CPU build"):
         placeable(_pool("vllm"), "answers")
 
 
 def test_an_ask_larger_than_any_node_fails_at_once_even_with_the_cpu_build(monkeypatch):
     _nodes(monkeypatch, 1, 1)  # two GPUs in the cluster, but no node has both
-    monkeypatch.setattr(vllm_engine, "cpu_build", lambda: "0.32.0")
+    monkeypatch.setattr(vllm, "cpu_build", lambda: "0.32.0")
     with pytest.raises(RuntimeError, match=r"asks for 2 GPU\(s\) per engine, but no node has more than 1.*gpus_per_engine"):
         placeable(_pool("vllm"), "answers")
     with pytest.raises(RuntimeError, match=r"asks for 3 GPU\(s\)"):
@@ -62,7 +62,7 @@ def test_asks_that_fit_and_opted_in_waits_are_left_alone(monkeypatch):
 
 def test_gpu_nodes_an_autoscaler_may_add_count(monkeypatch):
     """A KubeRay cluster scaling its GPU groups from zero has no GPU node at the start."""
-    monkeypatch.setattr(vllm_engine, "cpu_build", lambda: None)
+    monkeypatch.setattr(vllm, "cpu_build", lambda: None)
     _nodes(monkeypatch, 0, groups=[(0, 8), (4, 2)])  # a group that may not grow does not count
     assert placeable(_pool("vllm"), "answers").num_gpus == 2
     _nodes(monkeypatch, 0, groups=[(4, 1)])

@@ -80,7 +80,8 @@ def test_the_answer_worker_stores_no_answer_for_a_changed_image(tmp_path):
     """The real worker, built as a Ray actor builds it (its loader, prefetch and part writes),
     with the zero-cost engine."""
     from pipeline.config import load_config
-    from pipeline.stages.engine_stage import PART, AnswerWorker, PartWriter
+    from pipeline.stages.engine_stage import PART, PartWriter
+    from pipeline.stages.engine_workers import AnswerWorker
 
     changed, kept = tmp_path / "changed.bmp", tmp_path / "kept.bmp"
     changed.write_bytes(RED)

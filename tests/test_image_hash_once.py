@@ -13,7 +13,7 @@ from curation_shards import CORRUPT_PNG, image_bytes, pair_rows, write_parquet
 
 from operators import schema
 from operators.hashing import image_hash
-from pipeline.curation import shards as shards_module
+from pipeline.curation import shards
 from pipeline.curation.shards import shard_pairs
 from pipeline.stages import ingest
 from pipeline.store.folder import Folder
@@ -34,8 +34,8 @@ def test_extraction_hashes_checks_and_stores_each_image_once(tmp_path, monkeypat
     rows[1]["image"] = CORRUPT_PNG
     path = write_parquet(tmp_path / "a.parquet", rows)
     decoded = []
-    real = shards_module.decode_image
-    monkeypatch.setattr(shards_module, "decode_image", lambda data, uri: decoded.append(uri) or real(data, uri))
+    real = shards.decode_image
+    monkeypatch.setattr(shards, "decode_image", lambda data, uri: decoded.append(uri) or real(data, uri))
     pairs = pairs_of(path, tmp_path / "images")
     assert [p["image_hash"] for p in pairs] == [image_hash(image_bytes(0)), None, image_hash(image_bytes(2))]
     assert (pairs[1]["field"], pairs[1]["reason"]) == ("image", "unreadable_image")
@@ -149,7 +149,6 @@ def test_extracted_images_and_demo_files_get_an_ordinary_files_mode_and_a_failed
     import stat
 
     from pipeline.benchmarks.demo import write_demo
-    from pipeline.store import folder as folder_module
     from pipeline.store.folder import content_address
 
     with open(tmp_path / "plain", "wb"):
@@ -167,7 +166,7 @@ def test_extracted_images_and_demo_files_get_an_ordinary_files_mode_and_a_failed
     def full_disk(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(folder_module.os, "replace", full_disk)
+    monkeypatch.setattr("pipeline.store.folder.os.replace", full_disk)
     other, _ = content_address(folder, image_bytes(1))
     with pytest.raises(OSError, match="No space"):
         folder.write_once(other, image_bytes(1))

@@ -15,7 +15,7 @@ from hypothesis import strategies as hst
 
 from operators.images import ImageError, byte_range_uri, read_image_bytes, split_byte_range
 from pipeline.curation import rows, windows
-from pipeline.curation.config import load_curation_config
+from pipeline.curation.curation_config import load_curation_config
 from pipeline.curation.rows import pairs_cache, read_pairs
 from pipeline.curation.shards import discover
 from pipeline.store.folder import Folder

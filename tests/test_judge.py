@@ -14,7 +14,7 @@ from operators import schema
 from operators.answering import generate_image_batch
 from operators.engines.spec import BackboneSpec
 from operators.hashing import image_hash
-from operators.judge import JudgeError, parse_decomposed, parse_holistic, parse_judgement
+from operators.judge_output import JudgeError, parse_decomposed, parse_holistic, parse_judgement
 from pipeline.config import ComputeSpec, load_config
 from pipeline.stages.judge import judge_scores, run_judge
 

@@ -12,8 +12,7 @@ import shutil
 
 import pytest
 
-from operators import demo_world as W
-from operators import tiny_models
+from operators import demo_world, tiny_models
 
 FOLDER = tiny_models.SHIPPED["builtin:micro-vlm"]
 
@@ -74,20 +73,20 @@ def test_training_inputs_are_what_the_processor_makes():
     image path, so what the model learned is what an engine shows it."""
     from transformers import AutoProcessor
 
-    from operators import micro_vlm as M
+    from operators import micro_vlm_recipe
     from pipeline.config import load_config
 
     processor = AutoProcessor.from_pretrained(str(FOLDER))
-    pixels = M.PixelTable(processor.image_processor)
-    sampler = W.WorldSampler(7, "heldout")
+    pixels = micro_vlm_recipe.PixelTable(processor.image_processor)
+    sampler = demo_world.WorldSampler(7, "heldout")
     assert pixels.check([sampler.scene() for _ in range(5)]) == 0.0
-    encoder = M.Encoder(processor, load_config([]).prompts.templates, pixels)
-    for kind in W.REQUEST_KINDS:
+    encoder = micro_vlm_recipe.Encoder(processor, load_config([]).prompts.templates, pixels)
+    for kind in demo_world.REQUEST_KINDS:
         encoder.check([sampler.request(kind), sampler.request(kind)])
 
 
 def test_hf_engine_answers_held_out_draws_above_floors(engine):
-    from pipeline.micro_vlm import answer_world_requests, heldout_requests, summarize
+    from pipeline.micro_vlm_training import answer_world_requests, heldout_requests, summarize
 
     eng, templates = engine
     table = summarize(answer_world_requests(eng, heldout_requests(n_per_type=16, seed=1), templates))
@@ -100,7 +99,7 @@ def test_hf_engine_answers_held_out_draws_above_floors(engine):
 
 
 def test_hf_engine_answers_the_demo_benchmarks_requests_above_floors(engine, tmp_path):
-    from pipeline.micro_vlm import answer_benchmark_requests, benchmark_requests, summarize
+    from pipeline.micro_vlm_training import answer_benchmark_requests, benchmark_requests, summarize
 
     eng, templates = engine
     requests, _ = benchmark_requests(str(tmp_path))
@@ -115,7 +114,7 @@ def test_hf_engine_answers_the_demo_benchmarks_requests_above_floors(engine, tmp
 # and shows that the floors above then fail. With random weights every one of these mutations
 # gives answers exactly as meaningless as the right code does; with the trained model they do not.
 def held_out_table(engine, requests=None):
-    from pipeline.micro_vlm import answer_world_requests, heldout_requests, summarize
+    from pipeline.micro_vlm_training import answer_world_requests, heldout_requests, summarize
 
     eng, templates = engine
     table = summarize(answer_world_requests(eng, requests or heldout_requests(n_per_type=16, seed=1), templates))
@@ -125,7 +124,7 @@ def held_out_table(engine, requests=None):
 def test_the_evaluate_job_prints_and_writes_its_three_tables(tmp_path, capsys):
     """`python jobs/micro_vlm.py evaluate`: held-out draws and the demo's requests against the
     floors, and held-out hybrid captions (a thing stated beside a thing denied) on their own."""
-    from pipeline.micro_vlm import evaluate_micro_vlm, hybrid_requests
+    from pipeline.micro_vlm_training import evaluate_micro_vlm, hybrid_requests
 
     tables = evaluate_micro_vlm(n_per_type=2, root=str(tmp_path / "root"), out=str(tmp_path / "out"))
     assert sorted(tables) == ["benchmark", "heldout", "heldout_hybrid"]
@@ -139,7 +138,7 @@ def test_the_evaluate_job_prints_and_writes_its_three_tables(tmp_path, capsys):
 
 def test_the_train_job_refuses_shares_outside_zero_to_one_before_training(tmp_path, capsys):
     from jobs.micro_vlm import main
-    from operators.micro_vlm import train
+    from operators.micro_vlm_recipe import train
 
     for arg in ("negbench_share=1.5", "hybrid_share=-0.1", "hybrid_share=half"):
         assert main(["train", arg, f"out={tmp_path}"]) == 2
@@ -182,7 +181,7 @@ def test_images_paired_with_other_items_break_the_image_floors(engine):
     import dataclasses
     import random
 
-    from pipeline.micro_vlm import heldout_requests
+    from pipeline.micro_vlm_training import heldout_requests
 
     requests = heldout_requests(n_per_type=16, seed=1)
     scenes = [r.scene for r in requests if r.kind == "image"]
@@ -220,7 +219,7 @@ def test_vllm_answers_as_the_hf_engine_does(engine):
 
     from operators.engines import load_engine
     from pipeline.config import load_config
-    from pipeline.micro_vlm import answer_world_requests, heldout_requests
+    from pipeline.micro_vlm_training import answer_world_requests, heldout_requests
     from tests.vllm_cpu import require_vllm_cpu
 
     require_vllm_cpu()
@@ -275,10 +274,10 @@ def test_a_continued_run_keeps_what_its_init_knows(tmp_path):
     """`train init=...` continues the saved model with the saved tokenizer: a run with another
     seed once trained a fresh tokenizer, so every word had another id and the continued model
     started at chance (image 0.55 at its first step, from 0.97)."""
-    from operators import micro_vlm as M
+    from operators import micro_vlm_recipe
     from pipeline.config import load_config
 
-    report = M.train(tmp_path / "continued", load_config([]).prompts.templates, seconds=0.5, seed=5, threads=1,
+    report = micro_vlm_recipe.train(tmp_path / "continued", load_config([]).prompts.templates, seconds=0.5, seed=5, threads=1,
                      lr=1e-9, init=FOLDER, log=lambda _line: None)
     first = report.history[0]
     assert first["step"] == 1 and first["image"] >= 0.9 and first["caption"] >= 0.85, first

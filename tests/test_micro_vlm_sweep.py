@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 
 from pipeline.config import load_config
-from pipeline.micro_vlm import record_truths
+from pipeline.micro_vlm_training import record_truths
 from pipeline.sweep import run_sweep
 
 pytestmark = pytest.mark.slow

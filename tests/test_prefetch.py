@@ -129,7 +129,8 @@ def test_the_next_parts_images_decode_while_the_engine_answers_this_part(tmp_pat
     part is decoded in the background by PartWriter, so the engine never waits between parts."""
     from types import SimpleNamespace
 
-    from pipeline.stages.engine_stage import PART, AnswerWorker, PartSink, PartWriter
+    from pipeline.stages.engine_stage import PART, PartSink, PartWriter
+    from pipeline.stages.engine_workers import AnswerWorker
     from pipeline.store.parts import PartStore
 
     n = 4

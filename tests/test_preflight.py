@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from operators.engine_probe import agreement, p_yes
 from operators.engines.spec import BackboneSpec
-from operators.preflight import agreement, p_yes
 from pipeline.config import load_config
-from pipeline.preflight import PreflightOptions, check_backbone, preflight_prompts
+from pipeline.preflight_checks import PreflightOptions, check_backbone, preflight_prompts
 
 ROOT = Path(__file__).parents[1]
 FAKE_VLLM = ROOT / "tests" / "fake_vllm" / "vllm" / "__init__.py"
@@ -92,7 +92,7 @@ class PrefixSensitiveEngine:
 
 def test_the_prefix_with_the_most_answer_mass_is_recommended():
     from operators.engines.base import Prompt
-    from pipeline.preflight import _prefix_candidates
+    from pipeline.preflight_checks import _prefix_candidates
 
     spec = BackboneSpec(name="gemma4-12b", model_id="m", engine="vllm", assistant_prefix_candidates=["", "<|channel>thought\n<channel|>"])
     engine = PrefixSensitiveEngine(spec)

@@ -14,7 +14,7 @@ from scipy import stats
 
 from jobs.metaeval import main as metaeval_main
 from pipeline.metaeval import evaluate_released
-from pipeline.released import dsg, genai_bench, tifa
+from pipeline.released import dsg, genai_bench_scores, tifa
 from pipeline.stats.pairwise import pairwise_accuracy
 
 ANSWERS_HEADER = "dsg_prompt_split,qg_model,t2i_model,item_id,question,question_id,dependency_id,answer\n"
@@ -176,7 +176,7 @@ def test_genai_bench_scores_against_released_ratings(tmp_path):
             lines.append(f"{int(prompt_id)},{g},{rng.random():.6f},{rng.random():.6f}")
     lines.append("999,DALLE_3,0.5,0.5")
     (tmp_path / "scores.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    released = genai_bench.load(str(tmp_path / "scores.csv"), str(tmp_path / "genai_image.json"), skills=str(tmp_path / "genai_skills.json"))
+    released = genai_bench_scores.load(str(tmp_path / "scores.csv"), str(tmp_path / "genai_image.json"), skills=str(tmp_path / "genai_skills.json"))
     assert any("models.SDXL_Turbo" in p and "00004" in p for p in released.problems)
     assert any("2 (prompt, generator) pair(s) not rated" in p for p in released.problems)  # 00004/SDXL_Turbo, 00999
     result = evaluate_released(

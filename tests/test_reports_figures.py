@@ -8,7 +8,7 @@ import pytest
 from pipeline.config import ProtocolSpec
 from pipeline.metaeval import DELTAS_SCHEMA, STATISTICS_SCHEMA
 from pipeline.reports.figures import OKABE_ITO, forest_plot, lambda_plot
-from pipeline.reports.run import BackboneInfo, BenchmarkInfo, Run
+from pipeline.reports.finished_run import BackboneInfo, BenchmarkInfo, Run
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -18,8 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats as sps
 
-from pipeline.reports import tables as T
-from pipeline.reports.run import BackboneInfo, open_run
+from pipeline.reports import tables
+from pipeline.reports.finished_run import BackboneInfo, open_run
 from pipeline.store.run_folder import output_files
 
 BACKBONES = {"qwen3_5-27b": ("qwen3_5", "27B"), "internvl3_5-8b": ("internvl3_5", "8B"), "qwen3_5-4b": ("qwen3_5", "4B")}
@@ -202,7 +202,7 @@ def run(run_dir):
     return open_run(str(run_dir))
 
 
-def marks(cell: T.Cell) -> str:
+def marks(cell: tables.Cell) -> str:
     return "bold" if cell.bold else "underline" if cell.underline else ""
 
 
@@ -243,7 +243,7 @@ def test_commitment_gain_reports_items_it_leaves_out(tmp_path):
     frame.with_columns(score=pl.when(gap).then(None).otherwise(pl.col("score"))).write_parquet(path)
     mark_finished(tmp_path / "run")
     run = open_run(str(tmp_path / "run"))
-    table = T.commitment_gain_table(run, n_resamples=N_RESAMPLES)
+    table = tables.commitment_gain_table(run, n_resamples=N_RESAMPLES)
     assert "qwen3_5-27b / genai: 1 item(s) without a human value or one of the three scores left out." in table.notes
     genai = _wide(run, "qwen3_5-27b", "genai").drop_nulls("mean_commitment")
     expected = sps.spearmanr(genai["depict"], genai["human"])[0] - sps.spearmanr(genai["agree_unweighted+vqascore"], genai["human"])[0]
@@ -266,7 +266,7 @@ def test_rows_without_a_key_field_are_reported_and_skipped(tmp_path):
 
 
 def test_comparison_table_values_order_and_marks(run):
-    table = {t.name: t for t in T.comparison_tables(run)}["comparison_qwen3_5-27b"]
+    table = {t.name: t for t in tables.comparison_tables(run)}["comparison_qwen3_5-27b"]
     # baselines in config order, other metrics (config order, then the unconfigured one), Agree, DEPICT
     assert [r.labels[0] for r in table.rows] == [
         "DSG", "Soft-TIFA-AM", "VQAScore", "Agree (unweighted)", "Agree (unweighted)+VQA", "Soft-TIFA-AM+VQA",
@@ -285,7 +285,7 @@ def test_comparison_table_values_order_and_marks(run):
 
 
 def test_comparison_table_shows_missing_cells_as_missing(run):
-    by_name = {t.name: t for t in T.comparison_tables(run)}
+    by_name = {t.name: t for t in tables.comparison_tables(run)}
     small = by_name["comparison_qwen3_5-4b"]
     assert all(cell.missing for cell in small.rows[0].cells.values()) and small.rows[0].labels == ["DSG"]
     intern = by_name["comparison_internvl3_5-8b"]
@@ -301,7 +301,7 @@ def test_comparison_table_shows_missing_cells_as_missing(run):
 
 
 def test_size_ladder_groups_by_family_and_stars_only_significant_deltas(run):
-    table = T.size_ladder_table(run)
+    table = tables.size_ladder_table(run)
     assert [c.key for c in table.columns] == ["dsg", "soft_tifa_am", "vqascore", "depict", "delta", "baseline"]
     assert table.sections == ["genai (SRCC)", "wino (Group)", "neg (Acc.)"]
     genai = [r for r in table.rows if r.section == "genai (SRCC)"]
@@ -320,7 +320,7 @@ def test_size_ladder_groups_by_family_and_stars_only_significant_deltas(run):
 
 
 def test_template_table(run):
-    (table,) = T.template_tables(run)
+    (table,) = tables.template_tables(run)
     assert table.name == "templates_neg" and table.sections == ["Affirmative", "Negation"]
     assert [c.key for c in table.columns][:5] == ["dsg", "soft_tifa_am", "vqascore", "agree", "depict"]
     assert table.cell("qwen3_5-27b", "agree", "Affirmative").value == 0.912
@@ -334,7 +334,7 @@ def test_template_table(run):
 
 
 def test_skill_table(run):
-    (table,) = T.skill_tables(run)
+    (table,) = tables.skill_tables(run)
     assert table.name == "skills_genai_qwen3_5-27b"
     assert [(r.section, r.labels[0]) for r in table.rows] == [
         ("Overall", "All items"), ("Basic vs advanced", "Basic only (no advanced tag)"),
@@ -370,7 +370,7 @@ def _choice(frame: pl.DataFrame, metric: str) -> dict[str, float]:
 
 
 def test_commitment_gain_matches_reference(run):
-    table = T.commitment_gain_table(run, n_resamples=N_RESAMPLES)
+    table = tables.commitment_gain_table(run, n_resamples=N_RESAMPLES)
     gains = {}
     for backbone in ("qwen3_5-27b", "internvl3_5-8b"):
         genai = _wide(run, backbone, "genai")
@@ -397,7 +397,7 @@ def test_commitment_gain_matches_reference(run):
     assert table.cell("qwen3_5-27b", "mean_all").value == pytest.approx(mean_all, abs=1e-12)
     improved = sum(g > 0.01 for g in (gains["internvl3_5-8b", "genai", "all"], gains["internvl3_5-8b", "wino", "all"]))
     assert table.cell("internvl3_5-8b", "improved").text == f"{improved}/2"
-    assert T.improved_count([0.005, 0.0101, -0.2, 0.01]) == "1/4"  # above one point, strictly
+    assert tables.improved_count([0.005, 0.0101, -0.2, 0.01]) == "1/4"  # above one point, strictly
     assert table.columns[0].scale == 100 and table.columns[0].signed
     assert any("internvl3_5-8b / neg: not computed" in note for note in table.notes)
     for row in table.rows:  # a star exactly where the gain's interval excludes zero
@@ -412,7 +412,7 @@ def test_commitment_gain_matches_reference(run):
 
 
 def test_merge_table_bolds_the_better_merge_only(run):
-    table = {t.name: t for t in T.merge_tables(run)}["merge_qwen3_5-27b"]
+    table = {t.name: t for t in tables.merge_tables(run)}["merge_qwen3_5-27b"]
     assert [c.key for c in table.columns] == ["vqascore", "agree", "soft_tifa_am", "depict", "soft_tifa_am+vqascore"]
     assert [r.labels for r in table.rows] == [["genai", "SRCC"], ["wino", "Group"], ["neg", "Acc."]]
     assert [(marks(r.cells["depict"]), marks(r.cells["soft_tifa_am+vqascore"])) for r in table.rows] == [
@@ -427,7 +427,7 @@ def test_merge_table_bolds_the_better_merge_only(run):
 
 
 def test_answer_distribution_counts_unique_pairs_of_correct_captions(run):
-    table = T.answer_distribution_table(run, n_resamples=N_RESAMPLES)
+    table = tables.answer_distribution_table(run, n_resamples=N_RESAMPLES)
     assert table.sections == ["qwen3_5-27b"]
     genai = {k: table.cell("genai", k) for k in ("unique_q", "no_share", "undecided")}
     assert genai["unique_q"].value == 24  # 12 captions x 2 questions; each caption's second image adds nothing
@@ -445,8 +445,8 @@ def test_answer_distribution_counts_unique_pairs_of_correct_captions(run):
 
 
 def test_lambda_sensitivity_matches_reference(run):
-    data = T.lambda_sensitivity(run, "qwen3_5-27b")
-    assert data["lam"].unique().sort().to_list() == list(T.LAMBDAS)
+    data = tables.lambda_sensitivity(run, "qwen3_5-27b")
+    assert data["lam"].unique().sort().to_list() == list(tables.LAMBDAS)
     genai, wino, neg = (_wide(run, "qwen3_5-27b", b) for b in ("genai", "wino", "neg"))
     for lam in (0.0, 0.35, 0.5, 1.0):
         value = {r["benchmark"]: r["value"] for r in data.filter(pl.col("lam") == lam).iter_rows(named=True)}
@@ -456,10 +456,10 @@ def test_lambda_sensitivity_matches_reference(run):
         assert value["neg"] == pytest.approx(np.mean(list(_choice(merged["neg"], "m").values())))
     half = {r["benchmark"]: r["value"] for r in data.filter(pl.col("lam") == 0.5).iter_rows(named=True)}
     assert half["genai"] == pytest.approx(sps.spearmanr(genai["depict"], genai["human"])[0], abs=1e-12)  # lam 0.5 is DEPICT
-    (table,) = [t for t in T.lambda_tables(run, {"qwen3_5-27b": data, "internvl3_5-8b": data.head(0), "qwen3_5-4b": data.head(0)})]
+    (table,) = [t for t in tables.lambda_tables(run, {"qwen3_5-27b": data, "internvl3_5-8b": data.head(0), "qwen3_5-4b": data.head(0)})]
     assert table.name == "lambda_qwen3_5-27b" and len(table.rows) == 21
     assert table.cell("0.50", "genai").value == half["genai"]
-    assert T.lambda_sensitivity(run, "internvl3_5-8b")["benchmark"].unique().sort().to_list() == ["genai", "wino"]
+    assert tables.lambda_sensitivity(run, "internvl3_5-8b")["benchmark"].unique().sort().to_list() == ["genai", "wino"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -468,8 +468,8 @@ def test_lambda_sensitivity_matches_reference(run):
 
 @given(st.lists(st.one_of(st.none(), st.integers(-5, 5).map(lambda i: i / 4)), min_size=0, max_size=8))
 def test_marks_bold_every_tie_for_best_and_underline_the_next_value(values):
-    cells = [T.number(v) for v in values]
-    T.mark_best(cells, T.Column("x", "x"))
+    cells = [tables.number(v) for v in values]
+    tables.mark_best(cells, tables.Column("x", "x"))
     present = sorted({v for v in values if v is not None}, reverse=True)
     for value, cell in zip(values, cells):
         if value is None or len([v for v in values if v is not None]) < 2:
@@ -480,10 +480,10 @@ def test_marks_bold_every_tie_for_best_and_underline_the_next_value(values):
 
 
 def test_marks_compare_displayed_values():
-    cells = [T.number(0.72049), T.number(0.7198), T.number(0.7101)]  # 0.720, 0.720, 0.710 as printed
-    T.mark_best(cells, T.Column("x", "x", digits=3))
+    cells = [tables.number(0.72049), tables.number(0.7198), tables.number(0.7101)]  # 0.720, 0.720, 0.710 as printed
+    tables.mark_best(cells, tables.Column("x", "x", digits=3))
     assert [marks(c) for c in cells] == ["bold", "bold", "underline"]
-    assert T.number(float("nan")).missing and T.number(0.1, float("nan"), 0.2).ci is None
+    assert tables.number(float("nan")).missing and tables.number(0.1, float("nan"), 0.2).ci is None
 
 
 def test_comparison_table_lists_kendall_and_pearson_when_the_run_has_them(tmp_path):
@@ -494,8 +494,8 @@ def test_comparison_table_lists_kendall_and_pearson_when_the_run_has_them(tmp_pa
     )
     pl.concat([statistics, extra]).write_parquet(tmp_path / "statistics.parquet")
     mark_finished(tmp_path)  # edited after the run finished: mark it finished again
-    table = {t.name: t for t in T.comparison_tables(open_run(str(tmp_path)))}["comparison_qwen3_5-27b"]
+    table = {t.name: t for t in tables.comparison_tables(open_run(str(tmp_path)))}["comparison_qwen3_5-27b"]
     assert [c.key for c in table.columns][:2] == ["genai:srcc", "genai:kendall"]
     assert "genai:pearson" not in [c.key for c in table.columns]  # not in this run: no empty column
-    assert T.statistic_label("kendall") == "Kendall tau-b" and T.statistic_label("pearson") == "Pearson"
+    assert tables.statistic_label("kendall") == "Kendall tau-b" and tables.statistic_label("pearson") == "Pearson"
     assert table.cell("DEPICT", "genai:kendall").value == pytest.approx(0.720 * 0.8)

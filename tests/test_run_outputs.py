@@ -18,9 +18,9 @@ from curation_shards import pair_rows, write_parquet
 from killing import kill_when
 
 from pipeline.config import load_config
-from pipeline.curation.config import load_curation_config
+from pipeline.curation.curation_config import load_curation_config
 from pipeline.curation.run import run_curation
-from pipeline.reports.run import open_run
+from pipeline.reports.finished_run import open_run
 from pipeline.store.lease import Lease, LeaseHeld
 from pipeline.store.run_folder import RunNotFinished
 from pipeline.sweep import run_sweep

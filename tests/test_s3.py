@@ -35,18 +35,9 @@ from s3fs.errors import translate_boto_error
 
 from operators import retry, schema
 from pipeline.config import load_config
-from pipeline.store import settings as storage
-from pipeline.store.parts import (
-    Markers,
-    PartStore,
-    exists,
-    read_json,
-    read_table,
-    table_to_parquet_bytes,
-    write_bytes_atomic,
-    write_json,
-    write_table,
-)
+from pipeline.store import settings
+from pipeline.store.fs import exists, read_json, read_table, table_to_parquet_bytes, write_bytes_atomic, write_json, write_table
+from pipeline.store.parts import Markers, PartStore
 from pipeline.sweep import run_sweep
 
 REPO = Path(__file__).resolve().parent.parent
@@ -177,14 +168,14 @@ def test_workers_get_storage_settings_but_never_secrets():
         "FSSPEC_S3_SECRET": "secret",
         "HOME": "/root",
     }
-    assert storage.worker_env(environ) == {
+    assert settings.worker_env(environ) == {
         "AWS_ENDPOINT_URL": "http://minio:9000",
         "AWS_REGION": "eu-west-1",
         "FSSPEC_S3_ENDPOINT_URL": "http://minio:9000",
     }
     job = {"RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps({"runtime_env": {"working_dir": "gcs://x.zip", "env_vars": {"AWS_REGION": "eu-west-1"}}})}
-    assert storage.submitted_job_env_vars(job) == {"AWS_REGION": "eu-west-1"}
-    assert storage.submitted_job_env_vars({}) == {}
+    assert settings.submitted_job_env_vars(job) == {"AWS_REGION": "eu-west-1"}
+    assert settings.submitted_job_env_vars({}) == {}
 
 
 def test_inside_a_job_the_driver_leaves_the_jobs_own_variables_alone(monkeypatch):
@@ -303,7 +294,7 @@ def subprocess_env(s3: S3Server, **extra: str) -> dict[str, str]:
 def test_a_writer_killed_mid_put_leaves_no_object(s3_env, tmp_path):
     """A part big enough that the client is still sending its body when it is killed."""
     key = f"unit/killed/answers/part-{'0' * 24}.parquet"
-    code = "import sys; from pipeline.store.parts import write_bytes_atomic; write_bytes_atomic(sys.argv[1], b'x' * (64 << 20))"
+    code = "import sys; from pipeline.store.fs import write_bytes_atomic; write_bytes_atomic(sys.argv[1], b'x' * (64 << 20))"
     with s3_env.hold(lambda method, k, query: method == "PUT" and k == f"{BUCKET}/{key}") as arrived:
         writer = start_python(code, f"s3://{BUCKET}/{key}", env=subprocess_env(s3_env), log=tmp_path / "writer.log")
         try:

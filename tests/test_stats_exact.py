@@ -20,7 +20,7 @@ from scipy import stats
 from pipeline.config import ProtocolSpec
 from pipeline.metaeval import evaluate
 from pipeline.reports import tables
-from pipeline.reports.run import BackboneInfo, BenchmarkInfo, Run
+from pipeline.reports.finished_run import BackboneInfo, BenchmarkInfo, Run
 from pipeline.stats import bootstrap, choice
 from pipeline.stats.diagnostics import least_committed
 

@@ -4,7 +4,8 @@ import pyarrow as pa
 import pytest
 
 from operators import schema
-from pipeline.store.parts import Markers, PartStore, read_table, write_table
+from pipeline.store.fs import read_table, write_table
+from pipeline.store.parts import Markers, PartStore
 
 
 def answers(keys, value=0.0):

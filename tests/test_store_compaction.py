@@ -14,7 +14,7 @@ import pytest
 
 from operators import schema
 from operators.hashing import content_key
-from pipeline.store import admin as store_admin
+from pipeline.store import admin
 from pipeline.store.lease import Lease, LeaseHeld
 from pipeline.store.parts import COMPACTED, PartStore, key_buckets
 
@@ -153,13 +153,13 @@ def test_compacting_a_store_root_takes_each_folders_lease(tmp_path):
     fill(a, [content_key("a", i) for i in range(300)], 30)
     fill(g, [content_key("g", i) for i in range(300)], 30)
     with Lease(g.url, what="a curation writing here"), pytest.raises(LeaseHeld):
-        store_admin.compact(str(root), small_rows=16)
-    import store as store_job  # jobs/store.py
+        admin.compact(str(root), small_rows=16)
+    import jobs.store
 
-    assert store_job.main(["compact", f"store={root}", "small_rows=16"]) == 0
+    assert jobs.store.main(["compact", f"store={root}", "small_rows=16"]) == 0
     for s in (a, g):
         assert len(raw_keys(s)) == 300 and all(COMPACTED.match(Path(p).name) for p in s.part_paths())
-    reports = store_admin.verify(str(root))
+    reports = admin.verify(str(root))
     assert all(r.ok and r.keys == r.rows == 300 for r in reports)
     with pytest.raises(ValueError, match="target_rows"):
-        store_job.parse_args(["compact", f"store={root}", "target_rows=0"])
+        jobs.store.parse_args(["compact", f"store={root}", "target_rows=0"])

@@ -15,8 +15,7 @@ import pytest
 
 from operators import schema
 from operators.hashing import content_key
-from pipeline.store import admin as store_admin
-from pipeline.store import parts as store_mod
+from pipeline.store import admin, parts
 from pipeline.store.key_index import SUFFIX, BadIndex, KeyIndex, Window, key_prefixes
 from pipeline.store.parts import COMPACTED, PartStore
 
@@ -26,8 +25,8 @@ GROUP = 64
 
 @pytest.fixture(autouse=True)
 def small_row_groups(monkeypatch):
-    monkeypatch.setattr(store_mod, "ROW_GROUP_ROWS", GROUP)
-    monkeypatch.setattr(store_mod, "GROUPS_PER_READ", 3)  # a part's hit groups in several reads
+    monkeypatch.setattr(parts, "ROW_GROUP_ROWS", GROUP)
+    monkeypatch.setattr(parts, "GROUPS_PER_READ", 3)  # a part's hit groups in several reads
 
 
 def answers(keys, value=0.0):
@@ -184,14 +183,14 @@ def test_a_compaction_killed_between_a_part_and_its_index_loses_nothing(tmp_path
     store = PartStore(str(tmp_path / "s"), schema.ANSWERS)
     for i in range(0, 1200, 100):
         store.write(answers(keys[i:i + 100]))
-    write = store_mod.write_bytes_atomic
+    write = parts.write_bytes_atomic
 
     def dying(url, data):
         if url.endswith(SUFFIX):
             raise KeyboardInterrupt("killed")
         write(url, data)
 
-    monkeypatch.setattr(store_mod, "write_bytes_atomic", dying)
+    monkeypatch.setattr(parts, "write_bytes_atomic", dying)
     with pytest.raises(KeyboardInterrupt):
         store.compact(small_rows=64)
     monkeypatch.undo()
@@ -264,7 +263,7 @@ def test_an_index_that_disagrees_with_its_part_is_set_aside_and_the_part_read_wh
     assert not store.quarantined  # the part itself is fine
     assert store.compact(small_rows=800)["indexes_written"] == 1  # the next compaction indexes it again
     check(store, probe_of(keys))
-    assert store_admin.verify(str(tmp_path))[0].ok
+    assert admin.verify(str(tmp_path))[0].ok
 
 
 def test_an_index_that_omits_keys_only_ever_errs_towards_computing_them_again(tmp_path):
@@ -275,11 +274,11 @@ def test_an_index_that_omits_keys_only_ever_errs_towards_computing_them_again(tm
     probe = probe_of(keys)
     assert all(store.missing(probe).to_pylist())  # never "stored" for a key that is not: the safe side
     assert store.read(["key"], keys=probe).num_rows == 0
-    (report,) = store_admin.verify(str(tmp_path))
+    (report,) = admin.verify(str(tmp_path))
     assert not report.ok and report.bad_indexes  # verify finds the lie ...
-    store_admin.verify(str(tmp_path), repair=True)  # ... and repair writes the index again
+    admin.verify(str(tmp_path), repair=True)  # ... and repair writes the index again
     check(store, probe)
-    assert store_admin.verify(str(tmp_path))[0].ok
+    assert admin.verify(str(tmp_path))[0].ok
 
 
 def test_a_bad_compacted_part_is_quarantined_with_its_index_and_its_keys_read_as_missing(tmp_path):
@@ -294,24 +293,24 @@ def test_a_bad_compacted_part_is_quarantined_with_its_index_and_its_keys_read_as
 
 
 def test_verify_checks_indexes_and_repair_rewrites_them(tmp_path):
-    import store as store_job  # jobs/store.py
+    import jobs.store
 
     keys = [content_key("v", i) for i in range(600)]
     store = compacted_store(tmp_path / "answers" / "b", keys, small_rows=600)
     (part,) = store.part_paths()
-    (report,) = store_admin.verify(str(tmp_path))
+    (report,) = admin.verify(str(tmp_path))
     assert report.ok and report.indexes == 1 and not report.unindexed
     corrupt(Path(part + SUFFIX), "rows shifted", keys)
-    (report,) = store_admin.verify(str(tmp_path))
+    (report,) = admin.verify(str(tmp_path))
     assert not report.ok and "other keys or rows" in report.bad_indexes[0]["reason"]
-    assert store_job.main(["verify", f"store={tmp_path}"]) == 1
-    store_admin.verify(str(tmp_path), repair=True)
-    (report,) = store_admin.verify(str(tmp_path))
+    assert jobs.store.main(["verify", f"store={tmp_path}"]) == 1
+    admin.verify(str(tmp_path), repair=True)
+    (report,) = admin.verify(str(tmp_path))
     assert report.ok and report.indexes == 1
     Path(part + SUFFIX).unlink()
-    (report,) = store_admin.verify(str(tmp_path))
+    (report,) = admin.verify(str(tmp_path))
     assert report.ok and report.unindexed == 1  # no index is slower, never wrong
-    assert store_job.main(["verify", f"store={tmp_path}", "repair=true"]) == 0
+    assert jobs.store.main(["verify", f"store={tmp_path}", "repair=true"]) == 0
     assert Path(part + SUFFIX).exists()
 
 
@@ -319,6 +318,6 @@ def test_gc_removes_indexes_whose_part_is_gone(tmp_path):
     store = compacted_store(tmp_path / "s", [content_key("gc", i) for i in range(300)], small_rows=300)
     (part,) = store.part_paths()
     Path(part).unlink()  # e.g. a compaction killed between removing a part and its index
-    removed = store_admin.gc(str(tmp_path))
+    removed = admin.gc(str(tmp_path))
     assert [Path(p).name for p in removed] == [Path(part).name + SUFFIX]
     assert not indexes(store)

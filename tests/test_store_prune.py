@@ -14,9 +14,8 @@ import pytest
 from curation_shards import image_bytes, pair_rows, tar_samples, write_parquet, write_tar
 
 from operators.images import read_image_bytes, split_byte_range
-from pipeline.curation import prune as store_prune
-from pipeline.curation import run as curation_run
-from pipeline.curation.config import load_curation_config
+from pipeline.curation import prune, run
+from pipeline.curation.curation_config import load_curation_config
 from pipeline.curation.pairs_cache import PAIRS, PairsCache, recorded
 from pipeline.curation.prune import prune_gone_shards
 from pipeline.curation.rows import pairs_cache, read_pairs
@@ -121,7 +120,7 @@ def test_no_pack_is_removed_while_a_curation_runs_on_the_store(tmp_path, ray_ses
     pack = read_pairs([shard], cfg)["image_uri"][0].split("#bytes=")[0]
     os.remove(path)
     _age([pack], 2 * HOUR)
-    with store_prune.reading_packs(store, "curation nightly (out/nightly)"):
+    with prune.reading_packs(store, "curation nightly (out/nightly)"):
         report = prune_gone_shards(store)
         assert len(report.dead) == 1 and report.orphans == [] and os.path.exists(pack)
         assert len(report.readers) == 1 and "curation nightly (out/nightly)" in report.readers[0]
@@ -130,13 +129,13 @@ def test_no_pack_is_removed_while_a_curation_runs_on_the_store(tmp_path, ray_ses
     assert [x["path"] for x in prune_gone_shards(store).orphans] == [pack] and not os.path.exists(pack)
 
     # a reader killed without releasing its lease stops counting once the lease expires
-    stale = store_prune.Lease(f"{store}/shard_pairs/_readers/killed", what="curation killed", clock=lambda: time.time() - 2 * HOUR)
+    stale = prune.Lease(f"{store}/shard_pairs/_readers/killed", what="curation killed", clock=lambda: time.time() - 2 * HOUR)
     stale.acquire()
-    assert store_prune.readers(store) == ([], [stale.path])
+    assert prune.readers(store) == ([], [stale.path])
     dry = prune_gone_shards(store, dry_run=True)
     assert "1 reader lease(s) of curations that ended without releasing them to remove" in dry.line() and os.path.exists(stale.path)
     prune_gone_shards(store)
-    assert store_prune.readers(store) == ([], []) and not os.path.exists(os.path.dirname(stale.path))
+    assert prune.readers(store) == ([], []) and not os.path.exists(os.path.dirname(stale.path))
     assert store_job.main(["gc", f"store={tmp_path}", "gone_shards=true"]) == 0  # the root, not its store
     assert "nothing was curated into this store (is store= the store folder" in capsys.readouterr().out
     assert store_job.main(["gc", f"store={store}", "gone_shards=true", "min_age_s=nan"]) == 2
@@ -147,16 +146,16 @@ def test_a_curation_holds_a_readers_lease_while_it_runs(tmp_path, ray_session, m
 
     write_parquet(tmp_path / "in" / "a.parquet", pair_rows(range(2)))
     cfg = load_curation_config(["curation=smoke", "compute.progress_bars=false", f"root={tmp_path}", f"inputs=[{tmp_path}/in/]", "backbones=[zero-cost]"])
-    seen, real = [], curation_run.read_pairs
+    seen, real = [], run.read_pairs
 
     def spy(shards, cfg):
-        seen.append(store_prune.readers(str(tmp_path / "store"))[0])
+        seen.append(prune.readers(str(tmp_path / "store"))[0])
         return real(shards, cfg)
 
-    monkeypatch.setattr(curation_run, "read_pairs", spy)
+    monkeypatch.setattr(run, "read_pairs", spy)
     run_curation(cfg)
     assert len(seen) == 1 and len(seen[0]) == 1 and "curation" in seen[0][0]
-    assert store_prune.readers(str(tmp_path / "store")) == ([], [])
+    assert prune.readers(str(tmp_path / "store")) == ([], [])
 
 
 def test_a_shard_versioned_by_content_is_judged_by_size(tmp_path, ray_session):
@@ -167,10 +166,10 @@ def test_a_shard_versioned_by_content_is_judged_by_size(tmp_path, ray_session):
     (shard,) = discover([str(path)], "content")
     read_pairs([shard], cfg)
     os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))  # a new mtime does not matter
-    assert store_prune.shard_state(shard) is None
+    assert prune.shard_state(shard) is None
     assert prune_gone_shards(str(tmp_path / "store"), min_age_s=0).dead == []
     write_parquet(path, pair_rows(range(3)))
-    assert "changed" in store_prune.shard_state(shard)
+    assert "changed" in prune.shard_state(shard)
 
 
 def test_a_shard_that_cannot_be_checked_removes_nothing(tmp_path, ray_session, monkeypatch):
@@ -184,8 +183,8 @@ def test_a_shard_that_cannot_be_checked_removes_nothing(tmp_path, ray_session, m
     def unreachable(shard):
         raise PermissionError(f"{shard.uri}: access denied")
 
-    monkeypatch.setattr(store_prune, "shard_state", unreachable)
-    with pytest.raises(store_prune.PruneError, match="access denied.*nothing was removed"):
+    monkeypatch.setattr(prune, "shard_state", unreachable)
+    with pytest.raises(prune.PruneError, match="access denied.*nothing was removed"):
         prune_gone_shards(str(tmp_path / "store"), min_age_s=0)
     assert pairs_cache(cfg.sweep).get(shard) is not None and os.path.exists(pack)
 
@@ -212,10 +211,10 @@ def test_gone_shards_on_s3(moto_s3):
         cache.put(shard, rows.select(PAIRS.names).cast(PAIRS))
         uris[name] = (shard, pack_uri)
     moto_s3.rm("prune-incoming/gone.parquet")
-    with store_prune.reading_packs("s3://prune-store", "curation on s3"):  # a lease by conditional PUT
-        (reader,), _ = store_prune.readers("s3://prune-store")
+    with prune.reading_packs("s3://prune-store", "curation on s3"):  # a lease by conditional PUT
+        (reader,), _ = prune.readers("s3://prune-store")
         assert "curation on s3" in reader and prune_gone_shards("s3://prune-store", min_age_s=0, dry_run=True).orphans == []
-    assert store_prune.readers("s3://prune-store") == ([], [])
+    assert prune.readers("s3://prune-store") == ([], [])
     report = prune_gone_shards("s3://prune-store", min_age_s=0)
     assert [x["reason"] for x in report.dead] == [f"its shard {uris['gone'][0].uri} is gone"]
     assert [x["path"] for x in report.orphans] == [uris["gone"][1]]
@@ -238,7 +237,7 @@ def test_a_curation_that_starts_while_gc_runs_keeps_its_packs(tmp_path, ray_sess
     _age([renamed, removed], 2 * HOUR)
     os.rename(inputs / "a.parquet", inputs / "renamed.parquet")
     os.remove(inputs / "b.parquet")
-    real_state, calls = store_prune.shard_state, []
+    real_state, calls = prune.shard_state, []
 
     def slow_state(shard):  # meanwhile a whole curation reads the renamed shard: its pack exists already
         if not calls:
@@ -246,11 +245,11 @@ def test_a_curation_that_starts_while_gc_runs_keeps_its_packs(tmp_path, ray_sess
         calls.append(shard)
         return real_state(shard)
 
-    monkeypatch.setattr(store_prune, "shard_state", slow_state)
+    monkeypatch.setattr(prune, "shard_state", slow_state)
     report = prune_gone_shards(store)
     assert len(report.dead) == 2 and [x["path"] for x in report.orphans] == [removed]
     assert os.path.exists(renamed) and not os.path.exists(removed)
-    monkeypatch.setattr(store_prune, "shard_state", real_state)
+    monkeypatch.setattr(prune, "shard_state", real_state)
 
     for name, indices in (("c", range(4, 6)), ("d", range(6, 8))):
         write_parquet(inputs / f"{name}.parquet", pair_rows(indices))
@@ -259,15 +258,15 @@ def test_a_curation_that_starts_while_gc_runs_keeps_its_packs(tmp_path, ray_sess
     _age(packs, 2 * HOUR)
     for s in late:
         os.remove(s.uri)
-    monkeypatch.setattr(store_prune, "REMOVE_CHUNK", 1)
-    real_remove, started = store_prune._remove, []
+    monkeypatch.setattr(prune, "REMOVE_CHUNK", 1)
+    real_remove, started = prune._remove, []
 
     def remove(fs, doomed):  # a curation starts right after the first pack is removed
         real_remove(fs, doomed)
         if doomed["_path"].endswith(".tar") and not started:
-            started.append(store_prune.Lease(f"{store}/shard_pairs/_readers/late", what="curation late").acquire())
+            started.append(prune.Lease(f"{store}/shard_pairs/_readers/late", what="curation late").acquire())
 
-    monkeypatch.setattr(store_prune, "_remove", remove)
+    monkeypatch.setattr(prune, "_remove", remove)
     report = prune_gone_shards(store)
     assert len(report.dead) == 2 and len(report.orphans) == 1 and "curation late" in report.readers[0]
     assert sum(os.path.exists(p) for p in packs) == 1 and os.path.exists(renamed)  # removal stopped when it started
@@ -289,20 +288,18 @@ def test_only_a_404_means_an_http_shard_is_gone(tmp_path, ray_session):
     url = f"http://127.0.0.1:{server.server_address[1]}/a.parquet"
     try:
         (shard,) = discover([url], "content")  # no ETag or mtime over HTTP: versioned by content
-        assert store_prune.shard_state(shard) is None
+        assert prune.shard_state(shard) is None
         os.remove(path)
-        assert store_prune.shard_state(shard) == f"its shard {url} is gone"
+        assert prune.shard_state(shard) == f"its shard {url} is gone"
         write_parquet(path, pair_rows(range(2)))
     finally:
         server.shutdown()
         server.server_close()
     with pytest.raises(OSError, match="cannot be reached"):
-        store_prune.shard_state(shard)
+        prune.shard_state(shard)
 
 
 def test_an_old_entry_that_cannot_be_recorded_is_still_used(tmp_path, ray_session, monkeypatch, caplog):
-    from pipeline.curation import pairs_cache as pc
-
     path = write_parquet(tmp_path / "in" / "a.parquet", pair_rows(range(2)))
     cfg = _config(tmp_path)
     (shard,) = discover([str(path)])
@@ -314,5 +311,5 @@ def test_an_old_entry_that_cannot_be_recorded_is_still_used(tmp_path, ray_sessio
     def read_only(*args, **kwargs):
         raise PermissionError("read-only store")
 
-    monkeypatch.setattr(pc.st, "write_table", read_only)
+    monkeypatch.setattr("pipeline.curation.pairs_cache.write_table", read_only)
     assert cache.get(shard).num_rows == 2 and "could not record" in caplog.text

@@ -90,24 +90,25 @@ def test_store_job_cli(tmp_path, capsys):
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "jobs"))
     import pyarrow as pa
-    import store as job  # jobs/store.py
+
+    import jobs.store
 
     part_store = PartStore(str(tmp_path / "answers" / "b"), schema.ANSWERS)
     part_store.write(pa.table({"key": ["a", "b"], "backbone": ["b", "b"], "kind": ["image"] * 2, "logp_yes": [0.0, 0.0], "logp_no": [-1.0, -1.0]}))
     bad = tmp_path / "answers" / "b" / "part-ffff.parquet"
     bad.write_bytes(b"PAR1 junk")
-    assert job.main(["verify", f"store={tmp_path}"]) == 1
+    assert jobs.store.main(["verify", f"store={tmp_path}"]) == 1
     out = capsys.readouterr().out
     assert f"bad part {bad}" in out and "2 keys, 2 parts" in out
-    assert job.main(["verify", f"store={tmp_path}", "repair=true"]) == 1  # reports, then moves it aside
+    assert jobs.store.main(["verify", f"store={tmp_path}", "repair=true"]) == 1  # reports, then moves it aside
     assert not bad.exists()
-    assert job.main(["verify", f"store={tmp_path}"]) == 0
-    assert job.main(["gc", f"store={tmp_path}", "dry_run=true"]) == 0
+    assert jobs.store.main(["verify", f"store={tmp_path}"]) == 0
+    assert jobs.store.main(["gc", f"store={tmp_path}", "dry_run=true"]) == 0
     assert "would remove" in capsys.readouterr().out
-    assert job.main(["gc", f"store={tmp_path}"]) == 0
+    assert jobs.store.main(["gc", f"store={tmp_path}"]) == 0
     assert not list((tmp_path / "answers" / "b" / "_quarantine").iterdir())
-    assert job.main(["verify"]) == 2 and job.main(["check", "store=x"]) == 2 and job.main(["gc", "store=x", "min_age_s=-1"]) == 2
+    assert jobs.store.main(["verify"]) == 2 and jobs.store.main(["check", "store=x"]) == 2 and jobs.store.main(["gc", "store=x", "min_age_s=-1"]) == 2
     capsys.readouterr()
     for command in ("verify", "gc", "compact"):  # a mistyped store is one line and exit 2, never "0 bad"
-        assert job.main([command, f"store={tmp_path / 'no-such-store'}"]) == 2
+        assert jobs.store.main([command, f"store={tmp_path / 'no-such-store'}"]) == 2
         assert "no store at" in capsys.readouterr().err

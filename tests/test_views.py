@@ -173,7 +173,7 @@ def test_importing_the_evidence_code_pulls_in_no_torch():
     import sys
 
     code = (
-        "import sys, operators.views, operators.grounding, operators.grounding_rules, operators.judge, "
+        "import sys, operators.views, operators.grounding, operators.grounding_rules, operators.judge_output, "
         "pipeline.stages.evidence, pipeline.stages.judge, pipeline.scoring; "
         "print(sorted(m for m in ('torch', 'torchvision', 'transformers', 'vllm') if m in sys.modules))"
     )

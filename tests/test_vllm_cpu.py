@@ -20,8 +20,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from operators.engines import load_engine
-from operators.engines import vllm_requests as vr
+from operators.engines import load_engine, vllm_requests
 from operators.engines.base import Prompt
 from operators.engines.spec import BackboneSpec
 from tests.vllm_cpu import FAMILIES, NO, YES, Unclosed, vllm_spec
@@ -99,7 +98,7 @@ def _with_token_ids(engine, prompts):
         answers = engine.score_yes_no(prompts)
     finally:
         engine.llm.generate = generate
-    return answers, vr.restore_order([list(o.prompt_token_ids) for o in seen], vr.image_grouped_order(prompts))
+    return answers, vllm_requests.restore_order([list(o.prompt_token_ids) for o in seen], vllm_requests.image_grouped_order(prompts))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -170,7 +169,7 @@ def test_preflight_passes_for_real(vllm_engines, family, monkeypatch, capsys, tm
     sys.path.insert(0, str(REPO / "jobs"))
     import preflight as job
 
-    from pipeline import preflight
+    from pipeline import preflight_checks
 
     engine = vllm_engines[family]
     spec = vllm_spec(family)
@@ -182,7 +181,7 @@ def test_preflight_passes_for_real(vllm_engines, family, monkeypatch, capsys, tm
         engine.spec = dataclasses.replace(engine.spec, assistant_prefix=requested.assistant_prefix)
         return Unclosed(engine)
 
-    monkeypatch.setattr(preflight, "load_engine", shared)
+    monkeypatch.setattr(preflight_checks, "load_engine", shared)
     # random weights: the answer mass is tiny, so only agreement and the report are checked
     code = job.main([f"backbones=[{spec.name}]", "min_mass=0", "min_p5=0", f"root={tmp_path}"])
     out = capsys.readouterr().out

@@ -13,7 +13,7 @@ from importlib import metadata
 
 import numpy as np
 
-from operators.engines import vllm_requests as vr
+from operators.engines import vllm_requests
 from operators.engines.base import Prompt
 from operators.engines.spec import BackboneSpec
 from operators.engines.yesno import multi_token_spellings, render_prompt, yes_no_token_ids
@@ -83,10 +83,10 @@ class VLLMEngine:
         self.tokenizer = tokenizer
         self.yes_ids, self.no_ids = yes_no_token_ids(tokenizer, spec.yes_spellings, spec.no_spellings)
         self.multi_token_spellings = multi_token_spellings(tokenizer, [*spec.yes_spellings, *spec.no_spellings])
-        kwargs = vr.llm_kwargs(spec, path)
+        kwargs = vllm_requests.llm_kwargs(spec, path)
         valid = llm_keywords(vllm)
         if valid is not None:
-            vr.check_llm_kwargs(kwargs, valid, spec.name)
+            vllm_requests.check_llm_kwargs(kwargs, valid, spec.name)
         self.llm = vllm.LLM(**kwargs)
         self.prompt_tokens = 0  # prompt tokens sent so far (image tokens included): for throughput reports
         self.max_prompt_tokens = spec.max_prompt_tokens or spec.max_model_len
@@ -105,14 +105,14 @@ class VLLMEngine:
         return [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
     def score_yes_no(self, prompts: Sequence[Prompt]) -> np.ndarray:
-        params = self._vllm.SamplingParams(**vr.yes_no_sampling_kwargs(self.yes_ids, self.no_ids))
+        params = self._vllm.SamplingParams(**vllm_requests.yes_no_sampling_kwargs(self.yes_ids, self.no_ids))
         outputs = self._run(prompts, params)
-        rows = [vr.parse_yes_no(o, self.yes_ids, self.no_ids) for o in outputs]
+        rows = [vllm_requests.parse_yes_no(o, self.yes_ids, self.no_ids) for o in outputs]
         return np.asarray(rows, dtype=np.float64).reshape(len(prompts), 2)
 
     def generate(self, prompts: Sequence[Prompt], max_new_tokens: int) -> list[str]:
-        params = self._vllm.SamplingParams(**vr.generation_sampling_kwargs(max_new_tokens))
-        return [vr.parse_text(o) for o in self._run(prompts, params)]
+        params = self._vllm.SamplingParams(**vllm_requests.generation_sampling_kwargs(max_new_tokens))
+        return [vllm_requests.parse_text(o) for o in self._run(prompts, params)]
 
     def prefix_cache_hit_rate(self) -> float | None:
         """Share of prompt tokens served from vLLM's prefix cache so far (None without stats:
@@ -135,10 +135,10 @@ class VLLMEngine:
         The chat template already wrote any BOS: vLLM must not add a second one (nor, as for
         Gemma-4, silently drop the tokenizer's) - the same token ids as the hf engine.
         """
-        requests, order = vr.prepare(prompts, self._render, self.spec.max_image_pixels, self.spec.min_image_pixels)
-        outputs = self.llm.generate(requests, params, use_tqdm=False, tokenization_kwargs=dict(vr.TOKENIZATION_KWARGS))
+        requests, order = vllm_requests.prepare(prompts, self._render, self.spec.max_image_pixels, self.spec.min_image_pixels)
+        outputs = self.llm.generate(requests, params, use_tqdm=False, tokenization_kwargs=dict(vllm_requests.TOKENIZATION_KWARGS))
         self.prompt_tokens += sum(len(getattr(o, "prompt_token_ids", None) or ()) for o in outputs)
-        return vr.restore_order(list(outputs), order)
+        return vllm_requests.restore_order(list(outputs), order)
 
     def _render(self, prompt: Prompt) -> str:
         return render_prompt(self.processor, prompt, self.spec.chat_template_kwargs, self.spec.assistant_prefix)

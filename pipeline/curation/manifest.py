@@ -2,9 +2,8 @@
 tables live in it (filtered/, decisions/, evidence/, errors/)."""
 from __future__ import annotations
 
-from pipeline.config import join_url
 from pipeline.curation.shards import Shard
-from pipeline.store import parts as st
+from pipeline.store.fs import exists, join_url, read_json, write_json
 
 MANIFEST_VERSION = 1
 
@@ -21,9 +20,9 @@ class Manifest:
     @classmethod
     def load(cls, output: str) -> Manifest:
         url = f"{output}/manifest.json"
-        if not st.exists(url):
+        if not exists(url):
             return cls(url)
-        data = st.read_json(url)
+        data = read_json(url)
         if data.get("version") != MANIFEST_VERSION:
             raise ValueError(f"{url}: manifest version {data.get('version')!r}, expected {MANIFEST_VERSION}")
         return cls(url, data["shards"])
@@ -44,7 +43,7 @@ class Manifest:
         self.shards[shard.uri] = {"shard_id": shard.shard_id, "size": shard.size, "version": shard.version, "format": shard.format, **info}
 
     def save(self) -> None:
-        st.write_json(self.url, {"version": MANIFEST_VERSION, "shards": self.shards})
+        write_json(self.url, {"version": MANIFEST_VERSION, "shards": self.shards})
 
 
 

@@ -24,9 +24,8 @@ import pyarrow.parquet as pq
 
 from operators.hashing import digest
 from operators.images import split_byte_range
-from pipeline.config import join_url
 from pipeline.curation.shards import PAIRS, Shard
-from pipeline.store import parts as st
+from pipeline.store.fs import filesystem, join_url, read_table, write_table
 from pipeline.store.settings import retrying
 
 log = logging.getLogger(__name__)
@@ -54,7 +53,7 @@ class PairsCache:
         """The shard's PAIRS rows as first read, or None (never read, or not usable now)."""
         url = self._url(shard)
         try:
-            table = st.read_table(url)
+            table = read_table(url)
         except FileNotFoundError:
             return None
         except Exception as exc:  # noqa: BLE001 - a damaged entry is a miss: the shard is read again
@@ -85,11 +84,11 @@ class PairsCache:
             SHARD_META: json.dumps({"uri": shard.uri, "size": shard.size, "version": shard.version, "format": shard.format}),
             PACKS_META: json.dumps(sorted(packs_of(table.column("image_uri")))),
         }
-        st.write_table(self._url(shard), table.replace_schema_metadata(recorded))
+        write_table(self._url(shard), table.replace_schema_metadata(recorded))
 
     def row_count(self, shard: Shard) -> int | None:
         """The shard's input rows, from the entry's footer (window planning), or None."""
-        fs, path = st.filesystem(self._url(shard))
+        fs, path = filesystem(self._url(shard))
         try:
             with fs.open(path, "rb") as f:
                 return pq.ParquetFile(f).metadata.num_rows
@@ -127,7 +126,7 @@ def recorded(fs, path: str) -> tuple[Shard | None, set[str]]:
 
 def _size(url: str) -> int | None:
     """The file's size now, or None if there is none."""
-    fs, path = st.filesystem(url)
+    fs, path = filesystem(url)
     fs.invalidate_cache(path)
     try:
         return int(retrying(f"check {url}", lambda: fs.size(path)))

@@ -43,14 +43,13 @@ from dataclasses import dataclass, field
 from fsspec.core import url_to_fs
 
 from operators.images import PACKS
-from pipeline.config import join_url
 from pipeline.curation.pairs_cache import FOLDER as PAIRS_FOLDER
 from pipeline.curation.pairs_cache import recorded
 from pipeline.curation.shards import Shard, _version
 from pipeline.store.admin import _NAMED, GC_MIN_AGE_S, IMAGES, _age_s, _files, _url, remove_file
 from pipeline.store.folder import protocols
+from pipeline.store.fs import is_local, join_url
 from pipeline.store.lease import LEASE_FILE, Lease
-from pipeline.store.parts import _is_local
 from pipeline.store.settings import retrying
 
 READERS = "_readers"  # under PAIRS_FOLDER: one lease folder per running curation
@@ -152,14 +151,14 @@ def readers(root: str) -> tuple[list[str], list[str]]:
     now, live, stale = time.time(), [], []
     for lease_path in sorted(found):
         folder = posixpath.dirname(lease_path)
-        current = Lease(fs.unstrip_protocol(folder) if not _is_local(fs) else folder, what="gc").read()
+        current = Lease(fs.unstrip_protocol(folder) if not is_local(fs) else folder, what="gc").read()
         if current is None:
             continue
         info, _ = current
         if info.expires_at > now and not info.holder_is_gone():
             live.append(info.describe(now))
         else:
-            stale.append(fs.unstrip_protocol(lease_path) if not _is_local(fs) else lease_path)
+            stale.append(fs.unstrip_protocol(lease_path) if not is_local(fs) else lease_path)
     return live, stale
 
 
@@ -169,7 +168,7 @@ def _remove_stale_readers(stale: list[str]) -> None:
     for lease_url in stale:
         fs, path = url_to_fs(lease_url)
         remove_file(fs, path)
-        if _is_local(fs):
+        if is_local(fs):
             with suppress(OSError):
                 os.rmdir(posixpath.dirname(path))
 

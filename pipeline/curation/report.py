@@ -12,14 +12,14 @@ import polars as pl
 
 from operators import schema
 from pipeline.config import ResolvedConfig
-from pipeline.curation.config import CurationConfig
+from pipeline.curation.curation_config import CurationConfig
 from pipeline.curation.manifest import shard_url
 from pipeline.curation.rule import Rule
 from pipeline.curation.shards import Shard
 from pipeline.runtime import git_commit, library_versions
 from pipeline.scoring import Timings
 from pipeline.stages.engine_stage import StageReport
-from pipeline.store import parts as st
+from pipeline.store.fs import read_table, write_bytes_atomic, write_json, write_table
 
 
 @dataclass
@@ -62,7 +62,7 @@ class CurationResult:
 
 
 def shard_stats(shard: Shard, output: str, rule: Rule) -> ShardStats:
-    d = pl.from_arrow(st.read_table(shard_url(output, "decisions", shard.shard_id)))
+    d = pl.from_arrow(read_table(shard_url(output, "decisions", shard.shard_id)))
     scores = d.filter(pl.col("error").is_null())[f"score_{rule.metric}"]
     kept = d.filter(pl.col("keep"))
     n_failed = d.filter(pl.col("error").is_not_null()).height
@@ -92,11 +92,11 @@ def write_report(cfg: ResolvedConfig, result: CurationResult, rule: Rule) -> Non
     c: CurationConfig = cfg.sweep  # type: ignore[assignment]
     run_dir = result.run_dir
     counts, edges = run_histogram(c.output, result.shards, rule.metric)
-    st.write_bytes_atomic(f"{run_dir}/histogram.png", histogram_counts_png(counts, edges, rule, result.shards))
-    st.write_table(f"{run_dir}/errors.parquet", schema.conform(result.errors.to_arrow(), schema.ERRORS))
+    write_bytes_atomic(f"{run_dir}/histogram.png", histogram_counts_png(counts, edges, rule, result.shards))
+    write_table(f"{run_dir}/errors.parquet", schema.conform(result.errors.to_arrow(), schema.ERRORS))
     report = report_dict(cfg, result, rule)
-    st.write_json(f"{run_dir}/report.json", report)
-    st.write_bytes_atomic(f"{run_dir}/report.md", report_markdown(report).encode())
+    write_json(f"{run_dir}/report.json", report)
+    write_bytes_atomic(f"{run_dir}/report.md", report_markdown(report).encode())
 
 
 
@@ -108,7 +108,7 @@ def run_histogram(output: str, shards: list[ShardStats], metric: str) -> tuple[n
     """(counts, bin edges) of the run's decision scores, reading one shard's column at a time:
     the night's scores are never in memory together. Scores all in [0, 1] use that range."""
     def scores(s: ShardStats) -> np.ndarray:
-        d = pl.from_arrow(st.read_table(shard_url(output, "decisions", s.shard_id), columns=[f"score_{metric}", "error"]))
+        d = pl.from_arrow(read_table(shard_url(output, "decisions", s.shard_id), columns=[f"score_{metric}", "error"]))
         return d.filter(pl.col("error").is_null())[f"score_{metric}"].cast(pl.Float64).to_numpy()
 
     low, high = math.inf, -math.inf

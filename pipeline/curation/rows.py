@@ -10,13 +10,13 @@ import pyarrow as pa
 
 from operators import schema
 from operators.metrics import yes_probability_expr
-from pipeline.config import ResolvedConfig, join_url
-from pipeline.curation.config import CurationConfig
+from pipeline.config import ResolvedConfig
+from pipeline.curation.curation_config import CurationConfig
 from pipeline.curation.pairs_cache import FOLDER as PAIRS_FOLDER
 from pipeline.curation.pairs_cache import PairsCache
 from pipeline.curation.shards import PAIRS, Shard, read_pairs_task
 from pipeline.runtime import task_options
-from pipeline.store import parts as st
+from pipeline.store.fs import exists, join_url, read_table
 
 log = logging.getLogger(__name__)
 
@@ -121,9 +121,9 @@ def evidence_table(run_dir: str, backbone: str, pairs: pl.DataFrame, probability
     """Per (item, question): the question and both answers as probabilities (p_v on the
     image, p_t from the caption alone) beside the raw log-probabilities."""
     url = join_url(run_dir, "records", f"{backbone}.parquet")
-    if not st.exists(url):
+    if not exists(url):
         return pl.DataFrame(schema={"shard_id": pl.String, "row": pl.Int64, "item_id": pl.String})
-    records = pl.from_arrow(st.read_table(url))
+    records = pl.from_arrow(read_table(url))
     located = records.join(pairs.select("item_id", "shard_id", "row"), on="item_id", how="inner")
     return located.select(
         "shard_id", "row", "item_id", "caption", "question_set", "question_id", "question", "parents",

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from pipeline.curation.config import CurationConfig
+from pipeline.curation.curation_config import CurationConfig
 
 
 @dataclass(frozen=True)

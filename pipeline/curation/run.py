@@ -11,8 +11,8 @@ import pyarrow as pa
 
 from operators import schema
 from operators.hashing import digest, keys_digest
-from pipeline.config import ResolvedConfig, join_url
-from pipeline.curation.config import CurationConfig, scoring_fingerprint
+from pipeline.config import ResolvedConfig
+from pipeline.curation.curation_config import CurationConfig, scoring_fingerprint
 from pipeline.curation.manifest import Manifest, shard_url
 from pipeline.curation.prune import reading_packs
 from pipeline.curation.publish import publish, write_shard_tables
@@ -24,7 +24,7 @@ from pipeline.curation.windows import compact_stores, merge_reports, plan_window
 from pipeline.runtime import MemoryLimits, ensure_ray, joins_cluster, refuse_unshared_paths
 from pipeline.scoring import score_items_all_backbones
 from pipeline.stages import ingest
-from pipeline.store import parts as st
+from pipeline.store.fs import exists, join_url, read_table
 from pipeline.store.lease import Lease
 
 log = logging.getLogger(__name__)
@@ -179,13 +179,13 @@ def decide(cfg: ResolvedConfig, lease: Lease | None = None) -> CurationResult:
     with result.timings("decide"):
         for uri in sorted(manifest.shards):
             shard = manifest.shard(uri)
-            stored = pl.from_arrow(st.read_table(shard_url(c.output, "decisions", shard.shard_id)))
+            stored = pl.from_arrow(read_table(shard_url(c.output, "decisions", shard.shard_id)))
             try:
                 decisions = apply_rule(stored.drop("keep"), rule)
             except ValueError as exc:
                 problems.append(_error(shard, "metric_not_scored", str(exc)))
                 continue
-            if decisions["keep"].equals(stored["keep"]) and st.exists(shard_url(c.output, "filtered", shard.shard_id)):
+            if decisions["keep"].equals(stored["keep"]) and exists(shard_url(c.output, "filtered", shard.shard_id)):
                 continue  # same decisions: nothing to rewrite
             try:
                 now = current_version(shard, c.detect_changes)

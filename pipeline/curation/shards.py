@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 import fsspec
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
@@ -478,8 +477,9 @@ def _webdataset_caption(record: dict, caption_field: str) -> str | None:
 
 
 # -- Ray Data tasks -------------------------------------------------------------------------------
-# They live here, not in pipeline.curation.run, so that a worker imports only what reading and
-# writing shards needs (worker start-up dominates small nights).
+# They live here, not in pipeline.curation.run, so that a worker imports only what reading
+# shards needs (worker start-up dominates small nights); publishing's task is in
+# pipeline.curation.publish.
 
 
 def read_pairs_task(batch: pa.Table, image_column: str, caption_column: str, images_url: str, reserved: list[str], hash_column: str | None = None) -> pa.Table:
@@ -494,35 +494,3 @@ def read_pairs_task(batch: pa.Table, image_column: str, caption_column: str, ima
             detail = str(exc) if isinstance(exc, ShardError) else f"{r['uri']}: {type(exc).__name__}: {exc}"
             out.append(pa.Table.from_pylist([{"shard_id": r["shard_id"], "reason": "unreadable_shard", "detail": detail}], schema=PAIRS))
     return pa.concat_tables(out)
-
-
-def publish_task(batch: pa.Table) -> pa.Table:
-    """Write each shard's filtered copy, then its decisions (so a decisions file always
-    describes what was published). Batch columns: shard_id, uri, format, decisions (Parquet
-    bytes), filtered_url, decisions_url. Returns ERRORS rows for shards that failed."""
-    from operators.schema import error_table
-    from pipeline.store.parts import write_table
-
-    problems = []
-    for r in batch.to_pylist():
-        try:
-            decisions = pq.read_table(pa.BufferReader(r["decisions"]))
-            write_table(r["filtered_url"], filtered_rows(read_shard(r["uri"], r["format"]), decisions, r["uri"]))
-            write_table(r["decisions_url"], decisions)
-        except Exception as exc:  # noqa: BLE001 - reported per shard
-            problems.append({"stage": "curation", "benchmark": r["shard_id"], "source": r["uri"], "reason": "publish_failed", "detail": f"{r['uri']}: {type(exc).__name__}: {exc}"})
-    return error_table(problems)
-
-
-def filtered_rows(source: pa.Table, decisions: pa.Table, uri: str) -> pa.Table:
-    """The kept rows of `source` in their original order, every original column unchanged,
-    with the decisions' `score_<metric>` columns appended."""
-    if source.num_rows != decisions.num_rows:
-        raise ShardError(f"{uri}: has {source.num_rows} rows but {decisions.num_rows} were scored; the file changed")
-    kept = decisions.filter(pc.fill_null(decisions.column("keep"), False)).sort_by("row")
-    out = source.take(kept.column("row"))
-    if "__error__" in out.column_names:  # the WebDataset reader's own note, not an original column
-        out = out.drop_columns(["__error__"])
-    for column in (c for c in kept.column_names if c.startswith("score_")):
-        out = out.append_column(column, kept.column(column).cast(pa.float64()))
-    return out

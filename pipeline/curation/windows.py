@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pyarrow as pa
 
 from pipeline.config import ResolvedConfig
-from pipeline.curation.config import CurationConfig
+from pipeline.curation.curation_config import CurationConfig
 from pipeline.curation.pairs_cache import PairsCache
 from pipeline.curation.shards import Shard, count_rows
 from pipeline.scoring import question_generators

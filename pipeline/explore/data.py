@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from operators.metrics.decomposed import question_table
-from pipeline.config import join_url
-from pipeline.store import parts as st
+from pipeline.store.fs import exists, filesystem, join_url, read_json, read_table
 
 CHUNK = 50  # items per detail file
 SET_ORDER = {"depict": 0, "dsg": 1, "claims": 2}  # DEPICT's own questions first
@@ -39,11 +38,11 @@ class Run:
 
 
 def _read(url: str) -> pl.DataFrame | None:
-    return pl.from_arrow(st.read_table(url)) if st.exists(url) else None
+    return pl.from_arrow(read_table(url)) if exists(url) else None
 
 
 def _backbones(run: str) -> list[str]:
-    fs, path = st.filesystem(join_url(run, "scores"))
+    fs, path = filesystem(join_url(run, "scores"))
     if not fs.exists(path):
         return []
     return sorted(p.rsplit("/", 1)[-1][: -len(".parquet")] for p in fs.ls(path, detail=False) if p.endswith(".parquet"))
@@ -54,7 +53,7 @@ def read_run(url: str) -> Run:
     items = _read(join_url(url, "items.parquet"))
     if items is None:
         raise FileNotFoundError(f"{url}: no items.parquet; is this a run folder (outputs/runs/<name>)?")
-    manifest = st.read_json(join_url(url, "manifest.json")) if st.exists(join_url(url, "manifest.json")) else {}
+    manifest = read_json(join_url(url, "manifest.json")) if exists(join_url(url, "manifest.json")) else {}
     sweep = (manifest.get("config") or {}).get("sweep") or {}
     probability = sweep.get("probability", "normalized")
     run = Run(

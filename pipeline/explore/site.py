@@ -16,9 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
 
-from pipeline.config import join_url
 from pipeline.explore.data import Run, read_run, run_errors, view_details, view_id, view_list
-from pipeline.store import parts as st
+from pipeline.store.fs import exists, join_url, read_json, write_bytes_atomic, write_json
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +54,14 @@ def write_site(run_url: str, out: str | None = None, *, workers: int = 8) -> Sit
     index = {"run": run.name, "run_url": run_url, "views": views, "errors": run_errors(run), "written_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     _write_data(out, "data/index.js", index)
     for name in ASSETS:
-        st.write_bytes_atomic(join_url(out, name), resources.files("pipeline.explore").joinpath("static", name).read_bytes())
+        write_bytes_atomic(join_url(out, name), resources.files("pipeline.explore").joinpath("static", name).read_bytes())
     bad = sum(1 for v in images.values() if v.get("error"))
     return SiteResult(out=out, views=len(views), items=run.items.height, images=len(images), image_errors=bad, seconds=time.perf_counter() - start)
 
 
 def _write_data(out: str, path: str, payload) -> None:
     text = f"DEPICT.data({json.dumps(path)}, {json.dumps(payload, separators=(',', ':'), allow_nan=False)});\n"
-    st.write_bytes_atomic(join_url(out, path), text.encode())
+    write_bytes_atomic(join_url(out, path), text.encode())
 
 
 def _item_images(run: Run, out: str, workers: int) -> dict[str, dict]:
@@ -75,16 +74,16 @@ def _item_images(run: Run, out: str, workers: int) -> dict[str, dict]:
         thumb, full = f"img/t/{h}.jpg", f"img/f/{h}.jpg"
         size_url = join_url(out, f"img/f/{h}.json")
         try:
-            if st.exists(size_url) and st.exists(join_url(out, thumb)):
-                size = st.read_json(size_url)
+            if exists(size_url) and exists(join_url(out, thumb)):
+                size = read_json(size_url)
             else:
                 from operators.images import decode_image, read_image_bytes
 
                 img = decode_image(read_image_bytes(uri), uri)
                 size = {"width": img.width, "height": img.height}
-                st.write_bytes_atomic(join_url(out, full), _jpeg(img, FULL_PX))
-                st.write_bytes_atomic(join_url(out, thumb), _jpeg(img, THUMB_PX))
-                st.write_json(size_url, size)
+                write_bytes_atomic(join_url(out, full), _jpeg(img, FULL_PX))
+                write_bytes_atomic(join_url(out, thumb), _jpeg(img, THUMB_PX))
+                write_json(size_url, size)
             return h, {"thumb": thumb, "full": full, **size}
         except Exception as exc:  # an image that vanished since the run: say so on the page
             return h, {"error": f"{type(exc).__name__}: {exc}"}
@@ -109,11 +108,11 @@ def _view_images(run: Run, out: str, workers: int, items: dict[str, dict]) -> di
     def one(h):
         path = f"img/v/{h}.jpg"
         try:
-            if not st.exists(join_url(out, path)):
+            if not exists(join_url(out, path)):
                 from operators.images import decode_image, read_image_bytes
 
                 uri = join_url(run.store, "images", h[:2], f"{h}.png")
-                st.write_bytes_atomic(join_url(out, path), _jpeg(decode_image(read_image_bytes(uri), uri), VIEW_PX))
+                write_bytes_atomic(join_url(out, path), _jpeg(decode_image(read_image_bytes(uri), uri), VIEW_PX))
             return h, path
         except Exception as exc:
             log.warning("view image %s: %s", h, exc)

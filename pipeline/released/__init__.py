@@ -13,7 +13,7 @@ Every bad row is recorded in `problems` (file, row, field) and skipped, never sc
 """
 from __future__ import annotations
 
-from pipeline.released.common import Released
+from pipeline.released.release_files import Released
 
 SOURCES = ("dsg", "tifa", "genai_bench")
 
@@ -31,7 +31,7 @@ def load(source: str, scores: str, human: str | None = None, **options) -> Relea
 
         return tifa.load(scores, **options)
     if source == "genai_bench":
-        from pipeline.released import genai_bench
+        from pipeline.released import genai_bench_scores
 
-        return genai_bench.load(scores, human, **options)
+        return genai_bench_scores.load(scores, human, **options)
     raise ValueError(f"released source must be one of {SOURCES}, got {source!r}")

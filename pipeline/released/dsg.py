@@ -35,7 +35,7 @@ import polars as pl
 
 from operators.metrics.decomposed import dsg_scores
 from pipeline.config import ProtocolSpec
-from pipeline.released.common import Released, read_text_csv
+from pipeline.released.release_files import Released, read_text_csv
 
 ANSWER_COLUMNS = ("dsg_prompt_split", "qg_model", "t2i_model", "item_id", "question_id", "dependency_id", "answer")
 LIKERT_COLUMNS = ("t2i_model", "item_id", "answer")

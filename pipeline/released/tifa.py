@@ -18,7 +18,7 @@ from __future__ import annotations
 import polars as pl
 
 from pipeline.config import ProtocolSpec
-from pipeline.released.common import Released, as_number, read_json
+from pipeline.released.release_files import Released, as_number, read_json
 
 NOT_METRICS = frozenset({"text_id", "image_path", "text", "human_scores", "human_avg"})
 PROTOCOL = ProtocolSpec(

@@ -7,7 +7,7 @@
 - `write`: everything for one run, plus index.md / index.json.
 See docs/reports.md.
 """
-from pipeline.reports.run import BackboneInfo, BenchmarkInfo, Run, open_run
+from pipeline.reports.finished_run import BackboneInfo, BenchmarkInfo, Run, open_run
 from pipeline.reports.write import FORMATS, build_tables, write_reports
 
 __all__ = ["FORMATS", "BackboneInfo", "BenchmarkInfo", "Run", "build_tables", "open_run", "write_reports"]

@@ -23,7 +23,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from pipeline.reports.run import Run
+from pipeline.reports.finished_run import Run
 from pipeline.reports.tables import (
     benchmark_label,
     file_stem,

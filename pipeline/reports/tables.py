@@ -31,7 +31,7 @@ import polars as pl
 
 from operators.metrics.holistic import lambda_sweep
 from pipeline.metaeval import evaluate
-from pipeline.reports.run import Run
+from pipeline.reports.finished_run import Run
 from pipeline.stats import choice
 from pipeline.stats.diagnostics import (
     WeightingGain,

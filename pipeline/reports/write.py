@@ -13,9 +13,9 @@ import time
 from collections.abc import Sequence
 
 from pipeline.reports import figures, tables
+from pipeline.reports.finished_run import Run, open_run
 from pipeline.reports.render import RENDERERS
-from pipeline.reports.run import Run, open_run
-from pipeline.store import parts as st
+from pipeline.store.fs import write_bytes_atomic
 
 FORMATS = ("md", "tex", "csv")
 
@@ -84,7 +84,7 @@ def write_reports(
         files = {}
         for fmt in formats:
             files[fmt] = f"{table.name}.{fmt}"
-            st.write_bytes_atomic(f"{out}/{files[fmt]}", RENDERERS[fmt](table, run=run.name).encode())
+            write_bytes_atomic(f"{out}/{files[fmt]}", RENDERERS[fmt](table, run=run.name).encode())
         table_entries.append(
             {
                 "name": table.name, "title": table.title, "paper": table.paper, "files": files,
@@ -95,7 +95,7 @@ def write_reports(
     figure_entries = []
     for plot in plots:
         file = f"{plot.name}.png"
-        st.write_bytes_atomic(f"{out}/{file}", plot.png())
+        write_bytes_atomic(f"{out}/{file}", plot.png())
         figure_entries.append(
             {"name": plot.name, "title": plot.title, "paper": plot.paper, "file": file, "run": run.url, "backbones": plot.backbones, "benchmarks": plot.benchmarks}
         )
@@ -113,8 +113,8 @@ def write_reports(
         "problems": run.problems,
         "run_errors": run.errors.height,
     }
-    st.write_bytes_atomic(f"{out}/index.json", json.dumps(index, indent=2).encode())
-    st.write_bytes_atomic(f"{out}/index.md", index_markdown(index).encode())
+    write_bytes_atomic(f"{out}/index.json", json.dumps(index, indent=2).encode())
+    write_bytes_atomic(f"{out}/index.md", index_markdown(index).encode())
     return index
 
 

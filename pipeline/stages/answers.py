@@ -11,7 +11,8 @@ from operators.answering import ANSWER_TEMPLATES
 from operators.engines.spec import BackboneSpec
 from operators.requests import KeySpec, plan_holistic, plan_questions, unique_requests
 from pipeline.config import ComputeSpec, PromptSet
-from pipeline.stages.engine_stage import AnswerWorker, StageReport, engine_pool, run_and_read
+from pipeline.stages.engine_stage import StageReport, engine_pool, run_and_read
+from pipeline.stages.engine_workers import AnswerWorker
 from pipeline.store.parts import PartStore
 
 

@@ -13,6 +13,9 @@ the rerun asks only for the rest.
 Nothing the store holds is taken on trust: every needed key is checked against it (markers
 are only notes), and a request that kills its worker is isolated and recorded as an error
 row instead of restarting the worker forever.
+
+The workers themselves (what an actor does with a batch) live beside their stages:
+`pipeline.stages.engine_workers` (answers, generations), `evidence` and `judge`.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ import pyarrow.compute as pc
 from operators import schema
 from operators.engines.spec import BackboneSpec
 from operators.hashing import keys_digest
+from operators.math_threads import use_threads
 from operators.prefetch import pipelined
 from pipeline.config import ComputeSpec
 from pipeline.runtime import Unplaceable
@@ -395,24 +399,6 @@ def _part_ends(table: pa.Table) -> list[int]:
     return [int(i) + 1 for i in changes] + [table.num_rows]
 
 
-def use_threads(threads: int | None) -> None:
-    """Set this process's math threads (torch's intra-op pool, and OpenMP's for what starts later).
-
-    Ray starts an actor with one thread per CPU it reserves (OMP_NUM_THREADS), so an engine on a
-    CPU uses one core however many the machine has: `compute.threads_per_engine` gives it more
-    (0: every core this process may run on). None leaves Ray's setting.
-    """
-    if threads is None:
-        return
-    import os
-
-    import torch
-
-    count = threads or len(os.sched_getaffinity(0))
-    os.environ["OMP_NUM_THREADS"] = str(count)
-    torch.set_num_threads(count)
-
-
 class PartWriter:
     """Wraps a stage worker: one worker call (and one stored part) per part of a Ray batch.
 
@@ -730,53 +716,3 @@ def _died(block: pa.Table, stage: str, detail: str, row_schema: pa.Schema | None
         schema=STATUS,
     )
     return status if row_schema is None else with_rows(status, [], row_schema)
-
-
-class AnswerWorker:
-    """Ray actor: one engine per replica; answers a batch and stores it before returning."""
-
-    def __init__(self, backbone: BackboneSpec, templates: dict, store_url: str):
-        from operators.images import load_image
-        from pipeline.stages.executor import load_engine  # shared in-process, own engine in a Ray actor
-
-        self.backbone = backbone
-        self.templates = templates
-        self.store = PartStore(store_url, schema.ANSWERS)
-        self.parts = PartSink(self.store)
-        self.engine = load_engine(backbone)
-        self.load_image = load_image  # checks the bytes against the request's image hash
-
-    def prepare(self, batch: pa.Table):
-        """Decode a part's images ahead of its call (PartWriter overlaps it with the engine)."""
-        from operators.answering import prefetch_images
-
-        return prefetch_images(batch, self.load_image)
-
-    def __call__(self, batch: pa.Table, images=None) -> pa.Table:
-        from operators.answering import answer_batch
-
-        answers, errors = answer_batch(self.engine, batch, self.templates, self.load_image, system=self.backbone.system_prompt, cache=images)
-        self.parts.write(answers)
-        return status_table(batch.column("key"), errors)
-
-
-class GenerationWorker:
-    """Ray actor: greedy generations (questions, DSG graphs, claims) stored raw."""
-
-    def __init__(self, backbone: BackboneSpec, templates: dict, store_url: str):
-        from pipeline.stages.executor import load_engine  # shared in-process, own engine in a Ray actor
-
-        self.backbone = backbone
-        self.templates = templates
-        self.store = PartStore(store_url, schema.GENERATIONS)
-        self.parts = PartSink(self.store)
-        self.engine = load_engine(backbone)
-
-    def __call__(self, batch: pa.Table) -> pa.Table:
-        from operators.answering import generate_batch
-
-        generations, errors = generate_batch(
-            self.engine, batch, self.templates, max_new_tokens=self.backbone.max_new_tokens, system=self.backbone.system_prompt
-        )
-        self.parts.write(generations)
-        return status_table(batch.column("key"), errors)

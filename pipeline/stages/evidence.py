@@ -38,7 +38,7 @@ from pipeline.config import GROUNDING_METRICS, DetectorSpec, EvidenceSpec, Resol
 from pipeline.stages.answers import AnswerPlan, key_spec, run_answers
 from pipeline.stages.engine_stage import ActorPool, PartSink, StageReport, run_and_read, status_table
 from pipeline.stages.scores import metric_inputs
-from pipeline.store import parts as st
+from pipeline.store.fs import write_table
 from pipeline.store.parts import PartStore
 
 log = logging.getLogger(__name__)
@@ -492,7 +492,7 @@ def run_evidence(items: pl.DataFrame, plan: AnswerPlan, answers: pl.DataFrame, s
         grounded, report = ground_claims(claims, e.detector, s.store, s.compute)
         result.reports.append(report)
         result.errors.append(report.errors)
-        st.write_table(f"{folder}/grounding.parquet", grounded.to_arrow())
+        write_table(f"{folder}/grounding.parquet", grounded.to_arrow())
         result.scores = grounding_scores(items, grounded, plan, answers, metric_ids=list(s.metrics), lam=s.lam, backbone=backbone.name)
     log.info("grounding %s: %d claims, %d groundable, %d failed", backbone.name, grounded.height, grounded["groundable"].sum() or 0, grounded["groundable"].null_count())
     if not e.enabled:
@@ -513,8 +513,8 @@ def run_evidence(items: pl.DataFrame, plan: AnswerPlan, answers: pl.DataFrame, s
         hashes = long.pivot(on="view", index=_CLAIM, values="image_hash") if long.height else pl.DataFrame(schema={k: pl.String for k in _CLAIM})
         hashes = hashes.rename({v: f"hash_{v}" for v in VIEWS if v in hashes.columns})
         views_out = views.join(hashes, on=_CLAIM, how="left")
-        st.write_table(f"{folder}/views.parquet", schema.conform(views_out.to_arrow(), VIEWS_TABLE, what="views"))
+        write_table(f"{folder}/views.parquet", schema.conform(views_out.to_arrow(), VIEWS_TABLE, what="views"))
         deltas = view_deltas(views, claims, long, view_answers)
-        st.write_table(f"{folder}/deltas.parquet", deltas.to_arrow())
+        write_table(f"{folder}/deltas.parquet", deltas.to_arrow())
     log.info("views %s: %d claims selected, %d eligible", backbone.name, views.height, views["eligible"].sum() or 0)
     return result

@@ -9,7 +9,7 @@ import polars as pl
 import pyarrow as pa
 
 from operators import schema
-from operators.ingest import hash_cache_keys, hash_images
+from operators.image_ingest import hash_cache_keys, hash_images
 from pipeline.benchmarks.io import BadOption
 from pipeline.config import LOADERS, BenchmarkSpec, ConfigError
 from pipeline.runtime import task_options

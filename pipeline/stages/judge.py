@@ -2,7 +2,7 @@
 
 Generations are cached raw in the backbone's generations store (key = backbone fingerprint,
 prompt id, judge kind, image hash, caption, token budget) and parsed here, so a parser fix
-costs no model time. A generation that is not a valid judgement (operators/judge.py) is an
+costs no model time. A generation that is not a valid judgement (operators/judge_output.py) is an
 error row that keeps the raw text, and its item's judge metric is null with the reason:
 never a silent score.
 """
@@ -17,10 +17,10 @@ from operators import schema
 from operators.answering import IMAGE_GENERATION_TEMPLATES
 from operators.engines.spec import BackboneSpec
 from operators.hashing import content_key
-from operators.judge import JudgeError, parse_judgement
+from operators.judge_output import JudgeError, parse_judgement
 from pipeline.config import JUDGE_METRICS, ComputeSpec, PromptSet
 from pipeline.stages.engine_stage import PartSink, StageReport, engine_pool, run_and_read, status_table
-from pipeline.store import parts as st
+from pipeline.store.fs import write_table
 from pipeline.store.parts import PartStore
 
 log = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ def run_judge(
     failed = {r["key"]: f"{r['reason']}: {r['detail']}" for r in report.errors.to_pylist()}
     generations = pl.from_arrow(stored)
     judged, errors = (judge_rows(plan, generations, failed, backbone.name) if plan.height else (pl.from_arrow(JUDGE_TABLE.empty_table()), []))
-    st.write_table(f"{out_dir}/judge/{backbone.name}.parquet", judged.to_arrow())
+    write_table(f"{out_dir}/judge/{backbone.name}.parquet", judged.to_arrow())
     if errors:
         report.errors = pa.concat_tables([report.errors, schema.error_table(errors)])
         report.failed += len(errors)

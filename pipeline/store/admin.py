@@ -34,19 +34,9 @@ from operators import schema
 from operators.hashing import digest_chunks
 from operators.images import PACKS
 from pipeline.store.folder import is_local_path
+from pipeline.store.fs import TMP_PREFIX, filesystem, is_local
 from pipeline.store.key_index import SUFFIX
-from pipeline.store.parts import (
-    COMPACT_SMALL_ROWS,
-    COMPACT_TARGET_ROWS,
-    COMPACTED,
-    MARKERS,
-    QUARANTINE,
-    TMP_PREFIX,
-    BadPart,
-    PartStore,
-    _is_local,
-    filesystem,
-)
+from pipeline.store.parts import COMPACT_SMALL_ROWS, COMPACT_TARGET_ROWS, COMPACTED, MARKERS, QUARANTINE, BadPart, PartStore
 from pipeline.store.settings import retrying
 
 log = logging.getLogger(__name__)
@@ -254,7 +244,7 @@ def verify_images(root: str, *, repair: bool = False, threads: int = 8) -> Image
         entry = {"path": _url(root, root_path, path), "reason": reason}
         if repair:
             moved = posixpath.join(posixpath.dirname(path), QUARANTINE, f"{posixpath.basename(path)}.{time.strftime('%Y%m%dT%H%M%S')}")
-            if _is_local(fs):
+            if is_local(fs):
                 fs.makedirs(posixpath.dirname(moved), exist_ok=True)
             try:
                 retrying(f"quarantine {path}", lambda p=path, m=moved: fs.mv(p, m))

@@ -26,7 +26,7 @@ from typing import Any, BinaryIO
 from fsspec.core import url_to_fs
 
 from operators.hashing import image_hash
-from pipeline.store.parts import TMP_PREFIX
+from pipeline.store.fs import TMP_PREFIX
 from pipeline.store.settings import retrying
 
 log = logging.getLogger(__name__)

@@ -45,10 +45,6 @@ class BadIndex(Exception):
     """An index file that cannot be used: unreadable, truncated, or not its part's."""
 
 
-def index_name(part_name: str) -> str:
-    return part_name + SUFFIX
-
-
 def key_prefixes(keys) -> np.ndarray:
     """The 64-bit prefix of each key (uint64), vectorised for hex keys."""
     keys = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys

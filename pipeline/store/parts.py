@@ -8,7 +8,8 @@ object stores a single PUT (or a completed multipart upload) is atomic. A run th
 killed therefore leaves only whole parts, and the next run computes just the keys that are
 missing (anti-join).
 
-Every read and write is retried on transient errors (`pipeline.store.settings.retrying`): writes
+Files are read and written through `pipeline.store.fs`. Every read and write is retried on
+transient errors (`pipeline.store.settings.retrying`): writes
 can be repeated safely because a file's bytes are fixed by its name. Listings and existence
 checks drop fsspec's cached directory listings first, since other processes (answer
 actors, a concurrent run) add parts behind this process's back.
@@ -33,7 +34,6 @@ whose file is bad replaces it. `pipeline.store.admin` verifies and cleans whole 
 from __future__ import annotations
 
 import fnmatch
-import json
 import logging
 import posixpath
 import re
@@ -44,21 +44,28 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from operators import schema as schema_mod
 from operators.hashing import keys_digest
+from operators.schema import added_later
+from pipeline.store.fs import (
+    exists,
+    filesystem,
+    is_local,
+    read_json,
+    write_bytes_atomic,
+    write_json,
+    write_table,
+)
 from pipeline.store.key_index import ROW_GROUP_ROWS, SUFFIX, BadIndex, KeyIndex, Window, key_prefixes
 from pipeline.store.settings import retrying
 
 log = logging.getLogger(__name__)
 
 PART_GLOB = "part-*.parquet"
-TMP_PREFIX = ".tmp-"
 QUARANTINE = "_quarantine"  # bad parts moved aside: <store>/_quarantine/<part name>.<stamp>
 MARKERS = "_markers"
 READ_THREADS = 16
@@ -78,82 +85,6 @@ class BadPart(Exception):
     def __init__(self, path: str, reason: str):
         super().__init__(f"{path}: {reason}")
         self.path, self.reason = path, reason
-
-
-def filesystem(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    fs, path = fsspec.core.url_to_fs(url)
-    return fs, path
-
-
-def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    return protocol in ("file", "local")
-
-
-def write_bytes_atomic(url: str, data: bytes) -> None:
-    """Write a whole file so that readers never see it half-written."""
-    fs, path = filesystem(url)
-    if _is_local(fs):
-        retrying(f"write {url}", lambda: _write_local(fs, path, data))
-    else:
-        # One PUT (a multipart upload above s3fs's threshold): the object appears only
-        # complete. No makedirs: s3fs would create a missing bucket instead of failing.
-        retrying(f"write {url}", lambda: fs.pipe_file(path, data))
-
-
-def _write_local(fs: fsspec.AbstractFileSystem, path: str, data: bytes) -> None:
-    parent = posixpath.dirname(path)
-    fs.makedirs(parent, exist_ok=True)
-    tmp = posixpath.join(parent, f"{TMP_PREFIX}{uuid.uuid4().hex}-{posixpath.basename(path)}")
-    try:
-        with fs.open(tmp, "wb") as f:
-            f.write(data)
-        fs.mv(tmp, path)
-    finally:
-        if fs.exists(tmp):
-            fs.rm(tmp)
-
-
-def table_to_parquet_bytes(table: pa.Table, row_group_rows: int | None = None) -> bytes:
-    """Parquet bytes; with `row_group_rows` (compacted parts: many small row groups) without
-    column statistics, which readers never use and which would bloat the footer."""
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd", row_group_size=row_group_rows, write_statistics=row_group_rows is None)
-    return sink.getvalue().to_pybytes()
-
-
-def write_table(url: str, table: pa.Table, row_group_rows: int | None = None) -> None:
-    write_bytes_atomic(url, table_to_parquet_bytes(table, row_group_rows))
-
-
-def read_bytes(url: str) -> bytes:
-    """The whole file, fetched again on transient errors.
-
-    Files are read whole and parsed from memory rather than opened through pyarrow's
-    fsspec bridge, which turns any error of its existence check into FileNotFoundError.
-    """
-    fs, path = filesystem(url)
-    fs.invalidate_cache(path)
-    return retrying(f"read {url}", lambda: fs.cat_file(path))
-
-
-def read_table(url: str, columns: list[str] | None = None) -> pa.Table:
-    return pq.ParquetFile(pa.BufferReader(read_bytes(url))).read(columns=columns)
-
-
-def write_json(url: str, obj) -> None:
-    write_bytes_atomic(url, json.dumps(obj, indent=2, sort_keys=True, default=str).encode())
-
-
-def read_json(url: str):
-    return json.loads(read_bytes(url))
-
-
-def exists(url: str) -> bool:
-    """Whether the file exists now (not as of a listing cached earlier)."""
-    fs, path = filesystem(url)
-    fs.invalidate_cache(path)
-    return retrying(f"check {url}", lambda: fs.exists(path))
 
 
 class PartStore:
@@ -268,7 +199,7 @@ class PartStore:
             # A part written before a column was added to the schema (operators.schema.ADDED_LATER)
             # reads with that column null; any other missing column makes it a bad part.
             for name in (c for c in columns if c not in table.column_names):
-                if not schema_mod.added_later(self.schema.field(name)):
+                if not added_later(self.schema.field(name)):
                     raise BadPart(path, f"no {name!r} column")
                 table = table.append_column(name, pa.nulls(table.num_rows, self.schema.field(name).type))
             table = table.select(columns).cast(pa.schema([self.schema.field(c) for c in columns]))
@@ -367,7 +298,7 @@ class PartStore:
     def _open(self, path: str):
         """A seekable file for ranged reads: pyarrow's own for local files, else fsspec's
         without read-ahead, so each row group is one ranged GET, not a whole-file one."""
-        if _is_local(self.fs):
+        if is_local(self.fs):
             return pa.OSFile(path, "rb")
         return self.fs.open(path, "rb", cache_type="none")
 
@@ -415,7 +346,7 @@ class PartStore:
         name = posixpath.basename(path) + SUFFIX
         target = posixpath.join(self.path, QUARANTINE, f"{name}.{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}")
         try:
-            if _is_local(self.fs):
+            if is_local(self.fs):
                 self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
             retrying(f"quarantine {path}{SUFFIX}", lambda: self.fs.mv(path + SUFFIX, target))
         except FileNotFoundError:  # no index, or another reader moved it first
@@ -439,7 +370,7 @@ class PartStore:
         target = posixpath.join(self.path, QUARANTINE, f"{name}.{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}")
         log.warning("%s: unreadable part %s (%s); moved to %s, its keys will be computed again", self.url, self._full(path), reason, self._full(target))
         try:
-            if _is_local(self.fs):
+            if is_local(self.fs):
                 self.fs.makedirs(posixpath.dirname(target), exist_ok=True)
             retrying(f"quarantine {path}", lambda: self.fs.mv(path, target))
         except FileNotFoundError:  # another reader moved it first
@@ -583,7 +514,7 @@ class PartStore:
         if table.num_rows == 0:
             return None
         for field in self.schema:  # a column added to the schema later may be missing: stored null
-            if field.name not in table.column_names and schema_mod.added_later(field):
+            if field.name not in table.column_names and added_later(field):
                 table = table.append_column(field.name, pa.nulls(table.num_rows, field.type))
         table = table.select(self.schema.names).cast(self.schema)
         url = self.part_url(table.column("key"))

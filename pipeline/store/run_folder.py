@@ -11,7 +11,7 @@ state:
 - `finish`: after the last output, the manifest says `status: finished` and lists every
   output file with its size and SHA-256.
 
-Readers (`pipeline/reports/run.py`, hence jobs/tables.py) call `require_finished` and
+Readers (`pipeline/reports/finished_run.py`, hence jobs/tables.py) call `require_finished` and
 `Outputs.read`: an unfinished run, a file that is not the one the manifest lists (changed
 after the run finished, e.g. by a second writer) or a listed file that is missing is
 refused with a message naming the run, the file and what to do. Content digests rather
@@ -24,7 +24,7 @@ import posixpath
 import time
 import uuid
 
-from pipeline.store import parts as st
+from pipeline.store.fs import exists, filesystem, read_bytes, read_json, write_json
 from pipeline.store.settings import retrying
 
 MANIFEST = "manifest.json"
@@ -50,8 +50,8 @@ def new_run_id() -> str:
 
 def begin(run_dir: str, run_id: str, info: dict) -> None:
     """Mark the folder as being written by `run_id`, then clear the previous run's outputs."""
-    st.write_json(f"{run_dir}/{MANIFEST}", {**info, "status": "running", "run_id": run_id, "started_at": _now()})
-    fs, root = st.filesystem(run_dir)
+    write_json(f"{run_dir}/{MANIFEST}", {**info, "status": "running", "run_id": run_id, "started_at": _now()})
+    fs, root = filesystem(run_dir)
     for name in (*OUTPUT_FILES, *OUTPUT_FOLDERS):
         path = posixpath.join(root, name)
         fs.invalidate_cache(path)
@@ -62,14 +62,14 @@ def begin(run_dir: str, run_id: str, info: dict) -> None:
 
 def output_files(run_dir: str) -> dict[str, dict]:
     """Every file in the run folder (relative path -> bytes, sha256), the manifest excluded."""
-    fs, root = st.filesystem(run_dir)
+    fs, root = filesystem(run_dir)
     fs.invalidate_cache(root)
     listed = {}
     for path in sorted(retrying(f"list {run_dir}", lambda: fs.find(root))):
         rel = posixpath.relpath(path, root)
         if rel in NOT_OUTPUTS or rel.startswith("tables/") or posixpath.basename(rel).startswith(".tmp-"):
             continue
-        data = st.read_bytes(f"{run_dir.rstrip('/')}/{rel}")
+        data = read_bytes(f"{run_dir.rstrip('/')}/{rel}")
         listed[rel] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     return listed
 
@@ -84,15 +84,15 @@ def finish(run_dir: str, run_id: str, info: dict) -> dict:
         )
     manifest = {**info, "status": "finished", "run_id": run_id, "started_at": current.get("started_at"), "finished_at": _now()}
     manifest["outputs"] = output_files(run_dir)
-    st.write_json(f"{run_dir}/{MANIFEST}", manifest)
+    write_json(f"{run_dir}/{MANIFEST}", manifest)
     return manifest
 
 
 def read_manifest(run_dir: str) -> dict:
     url = f"{run_dir.rstrip('/')}/{MANIFEST}"
-    if not st.exists(url):
+    if not exists(url):
         raise FileNotFoundError(f"{url} not found: {run_dir} is not a finished sweep run directory")
-    return st.read_json(url)
+    return read_json(url)
 
 
 def require_finished(run_dir: str, manifest: dict) -> None:
@@ -122,7 +122,7 @@ class Outputs:
     def exists(self, rel: str) -> bool:
         if self.listed is not None:
             return rel in self.listed
-        return st.exists(self.url(rel))
+        return exists(self.url(rel))
 
     def names(self, folder: str, suffix: str) -> list[str]:
         """Relative paths of the run's files directly in `folder` ending with `suffix`."""
@@ -138,7 +138,7 @@ class Outputs:
         return sorted(f"{folder}/{posixpath.basename(p)}" for p in paths if not posixpath.basename(p).startswith(".tmp-"))
 
     def _glob(self, folder: str, suffix: str) -> list[str]:
-        fs, root = st.filesystem(self.url(folder))
+        fs, root = filesystem(self.url(folder))
         fs.invalidate_cache(root)
         pattern = posixpath.join(root, f"*{suffix}")
         return retrying(f"list {self.url(folder)}", lambda: fs.glob(pattern) if fs.exists(root) else [])
@@ -147,11 +147,11 @@ class Outputs:
         url = self.url(rel)
         if self.listed is not None and rel not in self.listed:
             raise FileNotFoundError(f"{url} not found (run {self.run_id} did not write it)")
-        if not st.exists(url):
+        if not exists(url):
             if self.listed is None:
                 raise FileNotFoundError(f"{url} not found")
             raise RunNotFinished(f"{url}: listed in manifest.json of run {self.run_id} but missing: the run folder is incomplete; rerun the sweep")
-        data = st.read_bytes(url)
+        data = read_bytes(url)
         if self.listed is not None:
             expected = self.listed[rel]
             if len(data) != expected.get("bytes") or hashlib.sha256(data).hexdigest() != expected.get("sha256"):

@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from operators import answer_mass as am
+from operators import answer_mass
 from operators.answering import ANSWER_TEMPLATES, answer_prompt
+from operators.engine_probe import EngineRun, agreement, score_timed
 from operators.engines import load_engine
 from operators.engines.base import Prompt
 from operators.engines.spec import BackboneSpec
 from operators.hashing import image_hash
 from operators.images import decode_image, read_image_bytes
-from operators.preflight import EngineRun, agreement, score_timed
 from pipeline.config import ResolvedConfig
 from pipeline.stages import ingest
 
@@ -33,8 +33,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class PreflightOptions:
-    min_median_mass: float = am.LOW_MEDIAN  # per request kind
-    min_p5_mass: float = am.LOW_P5
+    min_median_mass: float = answer_mass.LOW_MEDIAN  # per request kind
+    min_p5_mass: float = answer_mass.LOW_P5
     tolerance: float = 0.05  # largest allowed |P(yes) hf - P(yes) vLLM|
     compare_hf: bool = True  # vLLM backbones: also score with transformers and compare
     images: int = 3  # demo images to ask about
@@ -123,7 +123,7 @@ def _report_run(run: EngineRun, result: BackboneResult, options: PreflightOption
         low += [kind] if flag else []
     if low:
         result.failures.append(
-            f"low answer mass for {', '.join(low)} (median < {options.min_median_mass} or p5 < {options.min_p5_mass}); {am.LIKELY_CAUSES}"
+            f"low answer mass for {', '.join(low)} (median < {options.min_median_mass} or p5 < {options.min_p5_mass}); {answer_mass.LIKELY_CAUSES}"
         )
     tokens = f", {run.prompt_tokens_per_s:.0f} prompt tokens/s" if run.prompt_tokens_per_s is not None else ""
     out.append(f"  throughput         {run.requests_per_s:.1f} requests/s{tokens} ({run.seconds:.2f} s, cold: includes warm-up)")

@@ -24,7 +24,7 @@ that folder and keys its answers by the files' hash. How the shipped weights wer
 reach: jobs/micro_vlm.py.
 
 Pure: torch and transformers, no Ray, no pipeline. `jobs/micro_vlm.py train` runs `train` (with
-the prompt templates from conf/prompts); `jobs/micro_vlm.py evaluate` (pipeline/micro_vlm.py)
+the prompt templates from conf/prompts); `jobs/micro_vlm.py evaluate` (pipeline/micro_vlm_training.py)
 measures the result through an engine.
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from operators import demo_world as W
+from operators import demo_world
 from operators.engines.base import Prompt
 from operators.prompts import fill
 
@@ -44,7 +44,7 @@ IMAGE_SIDE = 96  # 6x6 patches of 16 px, merged 2x2: one visual token per grid c
 MAX_IMAGE_PIXELS = IMAGE_SIDE * IMAGE_SIDE  # conf/backbones/micro.yaml: what the pipeline sends
 MIN_IMAGE_PIXELS = 32 * 32
 PATCH, MERGE = 16, 2
-CELL_CLASSES = len(W.SHAPES) + 1  # per cell: one of the shapes or empty (and one of the colours or none)
+CELL_CLASSES = len(demo_world.SHAPES) + 1  # per cell: one of the shapes or empty (and one of the colours or none)
 TEMPLATE_OF_KIND = {"image": "answer_image", "caption": "answer_caption", "holistic": "holistic"}
 YES, NO = "Yes", "No"
 # Warm-up prompts: the question alone, so that the answer position sits next to the words it binds.
@@ -58,10 +58,10 @@ def tokenizer_corpus(templates: Mapping[str, str], seed: int = 0, n: int = 1500)
     """Prompts of every kind, filled with sampled demo captions and questions, plus the answers."""
     from operators.tiny_models import ANSWER_WORDS, _training_corpus
 
-    sampler = W.WorldSampler(seed, "train")
+    sampler = demo_world.WorldSampler(seed, "train")
     lines = []
     for _ in range(n):
-        for kind in W.REQUEST_KINDS:
+        for kind in demo_world.REQUEST_KINDS:
             lines.append(request_text(sampler.request(kind), templates))
     lines += [f"{word} {word}" for word in ANSWER_WORDS for _ in range(20)]
     lines += [f"{t} " * 3 for t in templates.values()]  # every template word, also the unused kinds'
@@ -69,7 +69,7 @@ def tokenizer_corpus(templates: Mapping[str, str], seed: int = 0, n: int = 1500)
     return lines + _training_corpus()
 
 
-def request_text(request: W.WorldRequest, templates: Mapping[str, str]) -> str:
+def request_text(request: demo_world.WorldRequest, templates: Mapping[str, str]) -> str:
     """The user text of a request, filled exactly as operators.answering fills it."""
     template = templates[TEMPLATE_OF_KIND[request.kind]]
     if request.kind == "image":
@@ -142,11 +142,11 @@ def build_model(processor, seed: int = 0, hidden: int = 128, layers: int = 4, vi
 # ---------------------------------------------------------------------------- pixels
 
 
-def real_pixel_values(scene: W.Scene, image_processor):
+def real_pixel_values(scene: demo_world.Scene, image_processor):
     """What an engine feeds the model for a demo scene: PNG bytes, decoded, fitted, processed."""
     from operators.images import decode_image, fit_pixels
 
-    image = fit_pixels(decode_image(W.png_bytes(W.render(scene)), "scene.png"), MAX_IMAGE_PIXELS, MIN_IMAGE_PIXELS)
+    image = fit_pixels(decode_image(demo_world.png_bytes(demo_world.render(scene)), "scene.png"), MAX_IMAGE_PIXELS, MIN_IMAGE_PIXELS)
     out = image_processor(images=[image], return_tensors="pt")
     return out["pixel_values"], out["image_grid_thw"]
 
@@ -163,25 +163,25 @@ class PixelTable:
         if grid.tolist() != [[1, IMAGE_SIDE // PATCH, IMAGE_SIDE // PATCH]]:
             raise RuntimeError(f"micro VLM images must be {IMAGE_SIDE} px squares; the processor made grid {grid.tolist()}")
         per_cell = MERGE * MERGE  # patch rows per merged token; merged tokens run over cells in row-major order
-        self.things = [(s, c) for s in W.SHAPES for c in W.COLOURS]
+        self.things = [(s, c) for s in demo_world.SHAPES for c in demo_world.COLOURS]
         table = torch.empty(9, len(self.things) + 1, per_cell, empty.shape[1])
         for cell in range(9):
             table[cell, 0] = empty[cell * per_cell:(cell + 1) * per_cell]
         for t, (shape, colour) in enumerate(self.things, start=1):
-            full, _ = real_pixel_values(tuple(W.SceneObject(shape, colour, cell // 3, cell % 3) for cell in range(9)), image_processor)
+            full, _ = real_pixel_values(tuple(demo_world.SceneObject(shape, colour, cell // 3, cell % 3) for cell in range(9)), image_processor)
             for cell in range(9):
                 table[cell, t] = full[cell * per_cell:(cell + 1) * per_cell]
         self.table = table
         self.index = {thing: t for t, thing in enumerate(self.things, start=1)}
 
-    def cells(self, scene: W.Scene) -> list[int]:
+    def cells(self, scene: demo_world.Scene) -> list[int]:
         """Per cell (row-major): 0 for empty, else 1 + the thing's index."""
         out = [0] * 9
         for obj in scene:
             out[obj.row * 3 + obj.col] = self.index[obj.shape, obj.colour]
         return out
 
-    def pixel_values(self, scenes: Sequence[W.Scene]):
+    def pixel_values(self, scenes: Sequence[demo_world.Scene]):
         import torch
 
         cells = torch.tensor([self.cells(s) for s in scenes])  # (n, 9)
@@ -189,7 +189,7 @@ class PixelTable:
         grid = torch.tensor([[1, IMAGE_SIDE // PATCH, IMAGE_SIDE // PATCH]] * len(scenes))
         return rows.reshape(-1, rows.shape[-1]), grid
 
-    def check(self, scenes: Sequence[W.Scene]) -> float:
+    def check(self, scenes: Sequence[demo_world.Scene]) -> float:
         """Largest difference between the table's pixel values and the real path's."""
         worst = 0.0
         for scene in scenes:
@@ -202,17 +202,17 @@ class PixelTable:
 # ---------------------------------------------------------------------------- batches
 
 
-def focus_cells(request: W.WorldRequest) -> list[float]:
+def focus_cells(request: demo_world.WorldRequest) -> list[float]:
     """Training-only targets for the answer position: which cells hold the asked thing (9), and
     which hold a spatial question's other thing (9). Holistic requests: the caption's things."""
     subject, other = [0.0] * 9, [0.0] * 9
     if request.scene is None:
         return subject + other
     for fact in request.facts:
-        for obj in W._matching(request.scene, fact.shape, fact.colour):
+        for obj in demo_world._matching(request.scene, fact.shape, fact.colour):
             subject[obj.row * 3 + obj.col] = 1.0
         if fact.other is not None:
-            for obj in W._matching(request.scene, *fact.other):
+            for obj in demo_world._matching(request.scene, *fact.other):
                 other[obj.row * 3 + obj.col] = 1.0
     return subject + other
 
@@ -234,21 +234,21 @@ class Encoder:
             raise RuntimeError("Yes/No must be single tokens")
         self._ids: dict[tuple[str, bool], list[int]] = {}
         one = {}
-        for word in (*W.SHAPES, *W.COLOURS):
-            for form in {word, word + "s"} if word in W.SHAPES else {word}:
+        for word in (*demo_world.SHAPES, *demo_world.COLOURS):
+            for form in {word, word + "s"} if word in demo_world.SHAPES else {word}:
                 ids = tok.encode(" " + form, add_special_tokens=False)
                 if len(ids) == 1:
                     one[ids[0]] = word
-        self.shape_of_token = {i: w for i, w in one.items() if w in W.SHAPES}
-        self.colour_of_token = {i: w for i, w in one.items() if w in W.COLOURS}
+        self.shape_of_token = {i: w for i, w in one.items() if w in demo_world.SHAPES}
+        self.colour_of_token = {i: w for i, w in one.items() if w in demo_world.COLOURS}
 
-    def text(self, request: W.WorldRequest) -> str:
+    def text(self, request: demo_world.WorldRequest) -> str:
         from operators.engines.yesno import render_prompt
 
         image = _Shown() if request.kind != "caption" else None
         return render_prompt(self.processor, Prompt(user=request_text(request, self.templates), image=image))
 
-    def ids(self, request: W.WorldRequest) -> list[int]:
+    def ids(self, request: demo_world.WorldRequest) -> list[int]:
         text = self.text(request)
         key = (text, request.kind != "caption")
         if key not in self._ids:
@@ -257,7 +257,7 @@ class Encoder:
             self._ids[key] = [j for i in ids for j in ([i] * per_image if i == self.image_token else [i])]
         return self._ids[key]
 
-    def batch(self, requests: Sequence[W.WorldRequest]) -> dict:
+    def batch(self, requests: Sequence[demo_world.WorldRequest]) -> dict:
         """Left-padded inputs (as the hf engine pads), the answer targets and the cell labels."""
         import torch
 
@@ -281,14 +281,14 @@ class Encoder:
                 if shape is not None:
                     colour = self.colour_of_token.get(tokens[pos - 1])
                     target = [0.0] * 9
-                    for obj in W._matching(r.scene, shape, colour):
+                    for obj in demo_world._matching(r.scene, shape, colour):
                         target[obj.row * 3 + obj.col] = 1.0
                     ground_at.append((row, pos))
                     ground.append(target)
         grounding = (torch.tensor(ground_at), torch.tensor(ground)) if ground else None
         return {"inputs": out, "targets": targets, "cells": cells, "focus": focus, "grounding": grounding}
 
-    def check(self, requests: Sequence[W.WorldRequest]) -> None:
+    def check(self, requests: Sequence[demo_world.WorldRequest]) -> None:
         """The batch's ids equal what the processor makes from the rendered text and the real images."""
         import torch
 
@@ -296,7 +296,7 @@ class Encoder:
         images = [real_pixel_values(r.scene, self.processor.image_processor) for r in requests if r.kind != "caption"]
         from operators.images import decode_image, fit_pixels
 
-        pil = [[fit_pixels(decode_image(W.png_bytes(W.render(r.scene)), "s.png"), MAX_IMAGE_PIXELS, MIN_IMAGE_PIXELS)]
+        pil = [[fit_pixels(decode_image(demo_world.png_bytes(demo_world.render(r.scene)), "s.png"), MAX_IMAGE_PIXELS, MIN_IMAGE_PIXELS)]
                for r in requests if r.kind != "caption"]
         self.processor.tokenizer.padding_side = "left"
         real = self.processor(text=[self.text(r) for r in requests], images=pil or None, padding=True,
@@ -320,12 +320,12 @@ class TrainReport:
     history: list[dict]
 
 
-def _accuracy(model, encoder: Encoder, requests: Sequence[W.WorldRequest], batch_size: int = 128) -> dict:
+def _accuracy(model, encoder: Encoder, requests: Sequence[demo_world.WorldRequest], batch_size: int = 128) -> dict:
     import torch
 
     by_kind: dict[str, list[bool]] = {}
     with torch.inference_mode():
-        for kind in W.REQUEST_KINDS:
+        for kind in demo_world.REQUEST_KINDS:
             group = [r for r in requests if r.kind == kind]
             for start in range(0, len(group), batch_size):
                 part = group[start:start + batch_size]
@@ -387,7 +387,7 @@ def train(
         processor = build_processor(templates, seed)
     pixels = PixelTable(processor.image_processor)
     encoder = Encoder(processor, templates, pixels)
-    sampler = W.WorldSampler(seed, "train")
+    sampler = demo_world.WorldSampler(seed, "train")
     check = [sampler.request(k) for k in ("image", "caption", "holistic", "image")]
     encoder.check(check[:1]), encoder.check(check[1:2]), encoder.check(check[2:3])
     gap = pixels.check([sampler.scene() for _ in range(20)])
@@ -412,10 +412,10 @@ def train(
     focus_head = torch.nn.Linear(hidden, 18)
     ground_head = torch.nn.Linear(hidden, 9)
     position_head = torch.nn.Linear(hidden, 6)  # the cell's row (3) and column (3)
-    types = list(W.FACT_TYPES.values())
+    types = list(demo_world.FACT_TYPES.values())
     weights = [float((type_weights or {}).get(t, 1.0)) for t in types]
 
-    def draw(kind: str) -> W.WorldRequest:
+    def draw(kind: str) -> demo_world.WorldRequest:
         if kind == "image" and type_weights:
             return sampler.request(kind, sampler.rng.choices(types, weights)[0])
         if kind == "caption" and hybrid_share and sampler.rng.random() < hybrid_share:
@@ -432,10 +432,10 @@ def train(
     params += list(position_head.parameters())
     short = Encoder(processor, {**dict(templates), **SHORT_TEMPLATES}, pixels)
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
-    held = W.WorldSampler(seed, "heldout")
-    val = [held.request(kind) for kind in W.REQUEST_KINDS for _ in range(200)]
-    colour_of = torch.tensor([0] + [1 + list(W.COLOURS).index(c) for _, c in pixels.things])
-    shape_of = torch.tensor([0] + [1 + list(W.SHAPES).index(s) for s, _ in pixels.things])
+    held = demo_world.WorldSampler(seed, "heldout")
+    val = [held.request(kind) for kind in demo_world.REQUEST_KINDS for _ in range(200)]
+    colour_of = torch.tensor([0] + [1 + list(demo_world.COLOURS).index(c) for _, c in pixels.things])
+    shape_of = torch.tensor([0] + [1 + list(demo_world.SHAPES).index(s) for s, _ in pixels.things])
     history: list[dict] = []
     start = time.monotonic()
     step = examples = 0

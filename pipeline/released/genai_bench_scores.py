@@ -25,7 +25,7 @@ import fsspec
 import polars as pl
 
 from pipeline.config import ProtocolSpec
-from pipeline.released.common import Released, as_number, read_json
+from pipeline.released.release_files import Released, as_number, read_json
 
 KEY_COLUMNS = ("prompt_id", "generator")
 PROTOCOL = ProtocolSpec(

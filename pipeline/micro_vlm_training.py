@@ -1,4 +1,4 @@
-"""Training and measuring `builtin:micro-vlm` (operators/micro_vlm.py) with the project's own parts.
+"""Training and measuring `builtin:micro-vlm` (operators/micro_vlm_recipe.py) with the project's own parts.
 
 `train_micro_vlm` runs the recipe with the prompt templates the sweeps use (conf/prompts).
 `evaluate_micro_vlm` answers yes/no requests through an unchanged engine (`hf` or `vllm`, as
@@ -27,14 +27,14 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from operators import demo_world as W
+from operators import demo_world
 
 FLOORS = {"image": 0.95, "image_per_type": 0.90, "caption": 0.97, "holistic_auc": 0.90, "answer_mass_median": 0.9}
 
 
 def train_micro_vlm(out: str, seconds: float, seed: int = 0, **options) -> dict:
     """Train the recipe for `seconds` and save it to `out`; returns the training report as a dict."""
-    from operators.micro_vlm import train
+    from operators.micro_vlm_recipe import train
     from pipeline.config import load_config
 
     templates = load_config([]).prompts.templates
@@ -54,11 +54,11 @@ class Answered:
     logp_no: float
 
 
-def heldout_requests(n_per_type: int, seed: int = 0) -> list[W.WorldRequest]:
+def heldout_requests(n_per_type: int, seed: int = 0) -> list[demo_world.WorldRequest]:
     """Balanced held-out draws: per kind and fact type, half Yes and half No where both exist."""
-    sampler = W.WorldSampler(seed, "heldout")
+    sampler = demo_world.WorldSampler(seed, "heldout")
     out = []
-    for fact_type in W.FACT_TYPES.values():
+    for fact_type in demo_world.FACT_TYPES.values():
         out += [sampler.request("image", fact_type, answer=i % 2 == 0) for i in range(n_per_type)]
         # a caption implies Yes to its facts' questions and No to its negated things'
         out += [sampler.request("caption", fact_type, answer=fact_type != "negation") for _ in range(n_per_type // 2)]
@@ -66,14 +66,14 @@ def heldout_requests(n_per_type: int, seed: int = 0) -> list[W.WorldRequest]:
     return out
 
 
-def hybrid_requests(n: int, seed: int = 0) -> list[W.WorldRequest]:
+def hybrid_requests(n: int, seed: int = 0) -> list[demo_world.WorldRequest]:
     """Held-out caption-only requests about hybrid captions ("a star and no circle"): a thing
     stated beside a thing denied, the hardest kind for the caption-only answers (0.94 now)."""
-    sampler = W.WorldSampler(seed, "heldout")
+    sampler = demo_world.WorldSampler(seed, "heldout")
     return [sampler.request("caption", template="hybrid") for _ in range(n)]
 
 
-def answer_world_requests(engine, requests: Sequence[W.WorldRequest], templates: dict, system: str | None = None) -> list[Answered]:
+def answer_world_requests(engine, requests: Sequence[demo_world.WorldRequest], templates: dict, system: str | None = None) -> list[Answered]:
     """Each request through the engine as the answers stage builds it (answer_prompt, decoded PNG)."""
     from operators.answering import answer_prompt
     from operators.hashing import image_hash
@@ -83,13 +83,13 @@ def answer_world_requests(engine, requests: Sequence[W.WorldRequest], templates:
     for r in requests:
         image, digest = None, None
         if r.kind != "caption":
-            data = W.png_bytes(W.render(r.scene))
+            data = demo_world.png_bytes(demo_world.render(r.scene))
             image, digest = decode_image(data, "heldout.png"), image_hash(data)
         text = r.question if r.kind != "holistic" else r.caption
         prompts.append(answer_prompt(r.kind, {"text": text, "caption": r.caption, "image_hash": digest}, templates, image, system))
     logp = engine.score_yes_no(prompts)
-    # image requests are typed by their wording (W.question_type), as the benchmark's are
-    types = [W.question_type(r.facts[0], r.form) if r.kind == "image" else r.fact_type for r in requests]
+    # image requests are typed by their wording (demo_world.question_type), as the benchmark's are
+    types = [demo_world.question_type(r.facts[0], r.form) if r.kind == "image" else r.fact_type for r in requests]
     return [Answered(r.kind, t, r.answer, float(y), float(n)) for r, t, (y, n) in zip(requests, types, logp, strict=True)]
 
 
@@ -102,15 +102,15 @@ def benchmark_requests(root: str, backbone: str = "micro", overrides: Sequence[s
     from pipeline.config import load_config, required_question_sets
     from pipeline.scoring import needs_holistic
     from pipeline.stages import ingest
-    from pipeline.stages import questions as qstage
     from pipeline.stages.answers import plan_answers
+    from pipeline.stages.questions import provided_questions
 
     cfg = load_config(["sweep=smoke", f"backbones=[{backbone}]", f"benchmarks=[{','.join(benchmarks)}]", f"root={root}", *overrides])
     items, shipped, _ = ingest.load_items(cfg.benchmarks)
     hashes = {u: image_hash(open(u, "rb").read()) for u in items["image_uri"].unique().to_list()}
     items = items.with_columns(image_hash=pl.col("image_uri").replace_strict(hashes))
     sets = required_question_sets(cfg.sweep)
-    questions, _ = qstage.provided_questions(items, shipped, sets)
+    questions, _ = provided_questions(items, shipped, sets)
     plan = plan_answers(items, questions, cfg.backbones[backbone], cfg.prompts, sets, needs_holistic(cfg.sweep.metrics))
     requests = pl.from_arrow(plan.requests)
 
@@ -120,12 +120,12 @@ def benchmark_requests(root: str, backbone: str = "micro", overrides: Sequence[s
     for r in requests.iter_rows(named=True):
         if r["kind"] == "image":
             found = facts_of_question[r["text"]]
-            values = {W.image_truth(f, form, scenes[r["image_hash"]]) for f, form in found}
-            kinds = {W.question_type(f, form) for f, form in found}
+            values = {demo_world.image_truth(f, form, scenes[r["image_hash"]]) for f, form in found}
+            kinds = {demo_world.question_type(f, form) for f, form in found}
         elif r["kind"] == "caption":
             found = [f for f in caption_of[r["caption"]].facts if f.depict_question() == r["text"]]
-            values = {W.caption_truth(f) for f in found}
-            kinds = {W.FACT_TYPES[f.kind] for f in found}
+            values = {demo_world.caption_truth(f) for f in found}
+            kinds = {demo_world.FACT_TYPES[f.kind] for f in found}
         else:
             values = {all(f.holds(scenes[r["image_hash"]]) for f in caption_of[r["caption"]].facts)}
             kinds = {"holistic"}
@@ -143,16 +143,16 @@ def _demo_world_index() -> tuple[dict, dict, dict]:
     from operators.hashing import image_hash
 
     scenes = {}
-    parts = (W.FIXED_ITEMS, W.drawn_items())
-    for obj_scene in [s for items in parts for s in W.item_scenes(items)]:
-        scenes[image_hash(W.png_bytes(W.render(obj_scene)))] = obj_scene
-    captions = [c for items in parts for c in W.item_captions(items)]
+    parts = (demo_world.FIXED_ITEMS, demo_world.drawn_items())
+    for obj_scene in [s for items in parts for s in demo_world.item_scenes(items)]:
+        scenes[image_hash(demo_world.png_bytes(demo_world.render(obj_scene)))] = obj_scene
+    captions = [c for items in parts for c in demo_world.item_captions(items)]
     caption_of = {c.text: c for c in captions}
     facts_of_question: dict[str, set] = {}
     for cap in captions:
         for fact in cap.facts:
             for form in ("depict", "dsg"):
-                facts_of_question.setdefault(W.fact_question(fact, form), set()).add((fact, form))
+                facts_of_question.setdefault(demo_world.fact_question(fact, form), set()).add((fact, form))
     return scenes, caption_of, facts_of_question
 
 
@@ -167,8 +167,8 @@ def record_truths(records: pl.DataFrame) -> pl.DataFrame:
         found = [f for f, fm in facts_of_question.get(r["question"], ()) if fm == form and f in caption_of[r["caption"]].facts]
         if len(found) != 1 or r["image_hash"] not in scenes:
             raise ValueError(f"record {r['item_id']}/{r['question_id']} ({r['question']!r}) is not one of the demo's questions")
-        truth_v.append(W.image_truth(found[0], form, scenes[r["image_hash"]]))
-        truth_t.append(W.caption_truth(found[0]) if form == "depict" else None)
+        truth_v.append(demo_world.image_truth(found[0], form, scenes[r["image_hash"]]))
+        truth_t.append(demo_world.caption_truth(found[0]) if form == "depict" else None)
     return records.with_columns(truth_v=pl.Series(truth_v, dtype=pl.Boolean), truth_t=pl.Series(truth_t, dtype=pl.Boolean))
 
 
