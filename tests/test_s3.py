@@ -287,8 +287,10 @@ def start_python(code: str, *args: str, env: dict[str, str], log: Path) -> subpr
 
 
 def subprocess_env(s3: S3Server, **extra: str) -> dict[str, str]:
+    """This process's environment pointed at `s3` alone; a sweep started with it runs its own
+    Ray (RAY_ADDRESS=local: not the caller's, nor one `ray start` left running here)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "FSSPEC_S3", "RAY_ADDRESS", "RAY_TMPDIR", "RAY_JOB"))}
-    return env | s3.env() | {"PYTHONUNBUFFERED": "1"} | extra
+    return env | s3.env() | {"PYTHONUNBUFFERED": "1", "RAY_ADDRESS": "local"} | extra
 
 
 def test_a_writer_killed_mid_put_leaves_no_object(s3_env, tmp_path):
