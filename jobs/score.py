@@ -17,11 +17,9 @@ from pathlib import Path
 if not __package__:  # run as a file (python jobs/<job>.py): this checkout's code, from a fresh clone
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from omegaconf import OmegaConf  # noqa: E402
-
 from pipeline import console  # noqa: E402
 from pipeline.api import PairErrors  # noqa: E402
-from pipeline.cli import guarded  # noqa: E402
+from pipeline.cli import guarded, key_values  # noqa: E402
 from pipeline.config import ConfigError  # noqa: E402
 from pipeline.pairs import PairsFileError, PairsJob, run_pairs  # noqa: E402
 
@@ -34,7 +32,7 @@ def parse(argv: list[str]) -> PairsJob:
         if "=" not in arg:
             raise ConfigError(arg, "arguments are written key=value (e.g. pairs=my_pairs.csv)")
         (known if arg.split("=", 1)[0] in JOB_KEYS else overrides).append(arg)
-    values = OmegaConf.to_container(OmegaConf.from_dotlist(known))
+    values = key_values(known)
     if "pairs" not in values:
         raise ConfigError("pairs", "which file? pairs=FILE (CSV, JSONL or Parquet)")
     metrics = values.pop("metrics", None)

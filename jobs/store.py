@@ -4,7 +4,9 @@
     python jobs/store.py gc store=<store dir or s3://...> [min_age_s=3600] [dry_run=true] [gone_shards=true]
     python jobs/store.py compact store=<store dir or s3://...> [target_rows=1048576] [small_rows=65536]
 
-`verify` reads every part and marker, checks each compacted part's key index against the part,
+`verify` reads every part and marker, checks every part's bytes against the content checksum in
+its name (parts written without one are counted as unchecked), checks each compacted part's key
+index against the part,
 hashes every content-named file under images/ (image packs and single images, each named by the
 hash of its bytes), and prints keys, parts, bytes and bad files per folder; exit code 1 when
 something is bad (with repair=true bad parts are moved to `_quarantine/`, and the next run

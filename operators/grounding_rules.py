@@ -7,7 +7,7 @@ Two steps, both pure (numpy only):
 2. `claim_support(plan, detections)` applies the rule to the detections of those phrases and
    returns (groundable, s in [0, 1], evidence boxes, note).
 
-The rules (SPEC section 2, "grounding-only baseline"); "confidence" is a kept box's score,
+The rules (docs/method.md, "Evidence checks"); "confidence" is a kept box's score,
 and a phrase with no kept box has confidence 0 (the detector looked and found nothing):
 
 - object: s = the highest box score for the entity ("Is it there?").

@@ -5,6 +5,8 @@ and types; `conform` turns "almost right" tables into exactly-right ones or says
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pyarrow as pa
 
 ITEMS = pa.schema(
@@ -149,6 +151,13 @@ def error_table(rows: list[dict]) -> pa.Table:
     silently dropped those fields from every row after it.
     """
     return pa.Table.from_pylist(rows, schema=ERRORS) if rows else ERRORS.empty_table()
+
+
+def concat_errors(tables: Iterable[pa.Table]) -> pa.Table:
+    """The error rows of several stages (or windows, shards, ...) as one ERRORS table, each
+    table conformed first; no tables give an empty one."""
+    conformed = [conform(t, ERRORS, what="errors") for t in tables]
+    return pa.concat_tables(conformed) if conformed else ERRORS.empty_table()
 
 
 def empty(schema: pa.Schema) -> pa.Table:

@@ -4,7 +4,7 @@ Boxes here are integer pixel boxes (x0, y0, x1, y1), half-open: they cover colum
 and rows y0..y1-1. Detector boxes are rounded outwards to cover every pixel they touch, and
 every constraint on a control box is checked on the integer box that is actually masked.
 
-A control box R for an evidence box E (SPEC section 3):
+A control box R for an evidence box E (docs/method.md, "Evidence checks"):
 - area within +-15% of E's area, aspect ratio (w/h) within +-20% of E's,
 - IoU(R, E') < 0.10 for every evidence box E' of the image (and every control already
   drawn for the same claim, so that two controls never cover the same pixels twice),

@@ -1,5 +1,6 @@
 """Orchestration: store/, benchmarks/, stages/, curation/, stats/, reports/, explore/ and the
-modules jobs call (config, sweep, scoring, metaeval, api, pairs, preflight, cli, runtime);
+modules jobs call (config, sweep, scoring, metaeval, api, pairs, preflight_checks,
+micro_vlm_training, cli, runtime, console);
 docs/DESIGN.md maps what each owns and may import.
 
 `from pipeline import Scorer` is the Python API (pipeline/api.py); it is imported on first

@@ -34,7 +34,6 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -47,7 +46,7 @@ from pipeline.scoring import Timings, score_items_all_backbones
 from pipeline.stages import ingest
 from pipeline.stages.engine_stage import StageReport
 from pipeline.stages.executor import LocalExecutor, running_locally
-from pipeline.store.fs import exists, join_url, read_table, write_table
+from pipeline.store.fs import absolute_path, exists, join_url, read_table, write_table
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +236,7 @@ class Scorer:
         else:
             with running_locally(self._local):
                 scored = self._score(items, shipped, cfg, run_dir, last, error_tables)
-        errors = pl.from_arrow(pa.concat_tables([schema.conform(t, schema.ERRORS) for t in error_tables]))
+        errors = pl.from_arrow(schema.concat_errors(error_tables))
         last.errors = errors
         last.timings["total"] = time.perf_counter() - t_start
         write_table(f"{run_dir}/errors.parquet", errors.to_arrow())
@@ -305,7 +304,7 @@ def to_pairs(images: Any, captions: Any, *, cross: bool, image_column: str, capt
                 folder = folder or Folder(images_url)
                 uri = extract_image(folder, bytes(image) if isinstance(image, (bytes, bytearray)) else _pil_png(image, shown))
             elif isinstance(image, (str, os.PathLike)) and os.fspath(image).strip():
-                uri = _absolute(os.fspath(image))
+                uri = absolute_path(os.fspath(image))
             elif image is None or (isinstance(image, float) and math.isnan(image)) or (isinstance(image, str) and not image.strip()):
                 problem = ("image", "missing_image", "no image given")
             else:
@@ -460,10 +459,3 @@ def _describe(image: Any) -> str:
     if _is_pil(image):
         return f"<PIL image {image.size[0]}x{image.size[1]}, mode {image.mode}>"
     return f"<{type(image).__name__}>"
-
-
-def _absolute(path: str) -> str:
-    """URLs as they are; local paths absolute (the same file, whatever the working folder)."""
-    if "://" in path:
-        return path
-    return str(Path(os.path.expanduser(path)).resolve())

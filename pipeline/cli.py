@@ -25,7 +25,8 @@ from __future__ import annotations
 import errno
 import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 EXIT_BAD_INPUT = 2
 EXIT_BUSY = 3
@@ -64,6 +65,21 @@ _PATH = re.compile(r"(?:[a-z][a-z0-9+.-]*://|/)[^\s'\"]+")
 
 class InputError(ValueError):
     """An input the user named is unusable (missing path, unfinished run); the message says which."""
+
+
+def key_values(argv: Sequence[str], defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A job's `key=value` arguments as plain Python values over `defaults`, in OmegaConf's
+    dot-list syntax (`[a,b]` a list, `2000` a number, `null` None; `a.b=1` nests).
+
+    Jobs parse their command line here so that they import only `pipeline`; a bare word or a
+    malformed value raises `ConfigError` naming its key (one line, exit 2 under `guarded`).
+    """
+    from omegaconf import OmegaConf
+
+    from pipeline.config import parse_overrides
+
+    _, given = parse_overrides(list(argv), preset_key="-")  # "-": no preset key, every argument is a value
+    return OmegaConf.to_container(OmegaConf.merge(OmegaConf.create(dict(defaults or {})), given))
 
 
 def one_line(exc: BaseException) -> str:

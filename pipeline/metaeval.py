@@ -12,7 +12,7 @@ statistics `benchmark, backbone, metric, subset, statistic, value, ci_low, ci_hi
 (n = items for correlations, groups for accuracies) and deltas `benchmark, backbone, subset,
 statistic, metric, baseline, delta, ci_low, ci_high, significant, n_groups`.
 
-What is computed (SPEC section 4):
+What is computed (docs/method.md, "Meta-evaluation"):
 - correlation: srcc, kendall (tau-b, as scipy.stats.kendalltau), pearson (plain), plcc (4PL;
   bounded starts, then an unbounded refit; a failed fit is NaN with the reason in `note`, a
   bound the kept fit ends on is noted, a fit below Pearson falls back to the line),

@@ -23,7 +23,7 @@ import polars as pl
 
 from pipeline.api import Scorer
 from pipeline.runtime import git_commit, library_versions
-from pipeline.store.fs import exists, read_bytes, write_bytes_atomic, write_json, write_table
+from pipeline.store.fs import absolute_path, exists, read_bytes, write_bytes_atomic, write_json, write_table
 
 FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".parquet": "parquet"}
 
@@ -50,8 +50,8 @@ class PairsJob:
     @property
     def out_dir(self) -> str:
         if self.out:
-            return _absolute(self.out)
-        path = Path(_absolute(self.pairs))
+            return absolute_path(self.out)
+        path = Path(absolute_path(self.pairs))
         return str(path.with_name(path.name.split(".")[0] + ".depict"))
 
 
@@ -82,7 +82,7 @@ def read_pairs_file(path: str, image: str, caption: str) -> pl.DataFrame:
             raise PairsFileError(f"pairs file {path}: no column {column!r} (columns: {frame.columns}); set {key}=<column>")
     kind = frame.schema[image]
     if kind == pl.String:
-        folder = posixpath.dirname(path if "://" in path else _absolute(path))
+        folder = posixpath.dirname(absolute_path(path))
         frame = frame.with_columns(
             pl.col(image).map_elements(lambda p: _resolve(folder, p), return_dtype=pl.String)
         )
@@ -93,7 +93,7 @@ def read_pairs_file(path: str, image: str, caption: str) -> pl.DataFrame:
 
 def run_pairs(job: PairsJob) -> tuple[pl.DataFrame, str]:
     """Score the file; returns the per-row scores and the summary text (also written)."""
-    pairs = read_pairs_file(_absolute(job.pairs) if "://" not in job.pairs else job.pairs, job.image, job.caption)
+    pairs = read_pairs_file(absolute_path(job.pairs), job.image, job.caption)
     questions = read_table_file(job.questions, "questions file") if job.questions else None
     scorer = Scorer(
         job.backbone, metrics=job.metrics, generator=job.generator, root=job.root, executor=job.executor, overrides=job.overrides
@@ -161,7 +161,3 @@ def _resolve(folder: str, path: str | None) -> str | None:
     if "://" in folder:
         return f"{folder}/{path}"
     return posixpath.normpath(posixpath.join(folder, os.path.expanduser(path)))
-
-
-def _absolute(path: str) -> str:
-    return path if "://" in path else str(Path(os.path.expanduser(path)).resolve())

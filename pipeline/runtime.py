@@ -102,8 +102,8 @@ GiB = 1024**3
 
 @dataclass(frozen=True)
 class MemoryLimits:
-    """Memory ceilings, so that no stage can take a node down (issue: a 100k-item sweep drove
-    the node to 22.4 of 23.5 GB and Ray OOM-killed and retried workers without end).
+    """Memory ceilings, so that no stage can take a node down (without them a 100k-item sweep
+    drives the node to 22.4 of 23.5 GB and Ray OOM-kills and retries workers without end).
 
     - `object_store_memory_gb`: the object store of a local Ray (a cluster sets its own);
     - `data_object_store_fraction`: how much of the object store Ray Data's streaming executor
@@ -180,7 +180,7 @@ def refuse_unshared_paths(paths: dict[str, str | None], shared: list[str] | tupl
     path under one of `shared` (a mount every node sees at the same place, `compute.shared_paths`)
     is accepted. One node (a laptop, one machine) needs no check.
     """
-    from pipeline.store.folder import is_local_path  # not at the top: it loads pyarrow, which must come after the allocator settings
+    from pipeline.store.fs import is_local_path  # not at the top: it loads pyarrow, which must come after the allocator settings
 
     local = {setting: path for setting, path in paths.items() if path and is_local_path(path) and not _under(path, shared)}
     if not local:

@@ -7,9 +7,7 @@ answer cache: a pair scored by a sweep is never asked again by curation, and vic
 from __future__ import annotations
 
 import logging
-import posixpath
 import time
-import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
@@ -26,14 +24,14 @@ from pipeline.config import (
     judge_kinds,
     required_question_sets,
 )
-from pipeline.stages.answers import AnswerReport, answer_store, plan_answers, run_answers
+from pipeline.stages.answers import AnswerPlan, AnswerReport, answer_store, plan_answers, run_answers
 from pipeline.stages.engine_stage import StageReport
 from pipeline.stages.evidence import run_evidence
 from pipeline.stages.judge import run_judge
 from pipeline.stages.questions import generated_questions, provided_questions
 from pipeline.stages.scores import errors_for_items, question_records, score_items
 from pipeline.store.admin import compact_between_windows
-from pipeline.store.fs import TMP_PREFIX, filesystem, read_table, write_table
+from pipeline.store.fs import filesystem, is_local, local_atomic_file, read_table, write_table
 
 log = logging.getLogger(__name__)
 WINDOWS_FOLDER = "_windows"  # scratch for per-window records; removed once they are merged
@@ -106,31 +104,50 @@ def score_items_all_backbones(items: pl.DataFrame, shipped: pl.DataFrame | None,
     s = cfg.sweep
     out, questions_by_backbone = questions_step(items, shipped, cfg, out_dir, timings)
 
-    sets = required_question_sets(s)
-    holistic = needs_holistic(s.metrics)
     frames = []
     for name in s.backbones:  # one backbone at a time: its engine is loaded once and serves everything
         backbone = cfg.backbones[name]
-        with timings("requests"):
-            plan = plan_answers(items, questions_by_backbone[name], backbone, cfg.prompts, sets, holistic)
-        with timings("answers"):
-            answers, report = run_answers(plan, backbone, cfg.prompts, s.store, s.compute)
-        report.errors = errors_for_items(report.errors, plan, items)
-        out.reports.append(report)
-        out.errors.append(report.errors)
+        scored = answer_and_score(items, questions_by_backbone[name], name, cfg, timings)
+        out.reports.append(scored.report)
+        out.errors.append(scored.report.errors)
         with timings("scores"):
-            scores = score_items(
-                items, plan, answers, backbone=name, metric_ids=[m for m in s.metrics if is_answer_metric(m)], lam=s.lam, probability=s.probability, errors=report.errors
-            )
-            write_table(f"{out_dir}/scores/{name}.parquet", scores.to_arrow())
-            records = question_records(plan, answers, name)
-            if records.height:
-                write_table(f"{out_dir}/records/{name}.parquet", records.to_arrow())
-        scores = add_evidence_and_judge(items, plan, answers, scores, backbone, cfg, out_dir, timings, out)
+            write_table(f"{out_dir}/scores/{name}.parquet", scored.scores.to_arrow())
+            if scored.records.height:
+                write_table(f"{out_dir}/records/{name}.parquet", scored.records.to_arrow())
+        scores = add_evidence_and_judge(items, scored.plan, scored.answers, scored.scores, backbone, cfg, out_dir, timings, out)
         frames.append(scores)
     if frames:
         out.scores = pl.concat(frames)
     return out
+
+
+@dataclass
+class BackboneScores:
+    """One backbone's work on a set of items: its request plan, the answers, the answers stage's
+    report (errors tied to items), the answer metrics' score rows and the per-question records."""
+
+    plan: AnswerPlan
+    answers: pl.DataFrame
+    report: AnswerReport
+    scores: pl.DataFrame
+    records: pl.DataFrame
+
+
+def answer_and_score(items: pl.DataFrame, questions: pl.DataFrame, name: str, cfg: ResolvedConfig, timings: Timings) -> BackboneScores:
+    """Requests -> answers -> scores and records for one backbone over `items` (all of a sweep's,
+    or one window of them): the step one pass and the windows share."""
+    s = cfg.sweep
+    backbone = cfg.backbones[name]
+    with timings("requests"):
+        plan = plan_answers(items, questions, backbone, cfg.prompts, required_question_sets(s), needs_holistic(s.metrics))
+    with timings("answers"):
+        answers, report = run_answers(plan, backbone, cfg.prompts, s.store, s.compute)
+    report.errors = errors_for_items(report.errors, plan, items)
+    with timings("scores"):
+        answer_metrics = [m for m in s.metrics if is_answer_metric(m)]
+        scores = score_items(items, plan, answers, backbone=name, metric_ids=answer_metrics, lam=s.lam, probability=s.probability, errors=report.errors)
+        records = question_records(plan, answers, name)
+    return BackboneScores(plan, answers, report, scores, records)
 
 
 def add_evidence_and_judge(items: pl.DataFrame, plan, answers: pl.DataFrame, scores: pl.DataFrame, backbone, cfg: ResolvedConfig, out_dir: str, timings: Timings, out: Scored) -> pl.DataFrame:
@@ -193,9 +210,6 @@ def score_items_windowed(items: pl.DataFrame, shipped: pl.DataFrame | None, cfg:
             log.info("sweep: %d items in one pass (window_items=%d): %s", items.height, s.window_items, reason)
         return score_items_all_backbones(items, shipped, cfg, out_dir, timings)
     out, questions_by_backbone = questions_step(items, shipped, cfg, out_dir, timings)
-    sets = required_question_sets(s)
-    holistic = needs_holistic(s.metrics)
-    answer_metrics = [m for m in s.metrics if is_answer_metric(m)]
     # Windows are slices of the items in item_id order: records (sorted by item, question set,
     # question) are then the windows' records one after the other.
     by_id = items.sort("item_id", maintain_order=True)
@@ -209,27 +223,20 @@ def score_items_windowed(items: pl.DataFrame, shipped: pl.DataFrame | None, cfg:
             window = by_id.slice(start, s.window_items)
             log.info("sweep: backbone %s, window %d of %d (%d items)", name, k + 1, len(starts), window.height)
             questions = questions_by_backbone[name].join(window.select("caption").unique(), on="caption", how="semi", maintain_order="left")
-            with timings("requests"):
-                plan = plan_answers(window, questions, backbone, cfg.prompts, sets, holistic)
-            with timings("answers"):
-                answers, report = run_answers(plan, backbone, cfg.prompts, s.store, s.compute)
-            report.errors = errors_for_items(report.errors, plan, window)
+            scored = answer_and_score(window, questions, name, cfg, timings)
             if k + 1 < len(starts):
                 with timings("compact"):
                     compact_between_windows(answer_store(s.store, backbone))
-            reports.append(report)
-            needed = pl.from_arrow(plan.requests.select(["key", "kind"]))
-            masses.append(needed.join(answers, on="key", how="left").select(
+            reports.append(scored.report)
+            needed = pl.from_arrow(scored.plan.requests.select(["key", "kind"]))
+            masses.append(needed.join(scored.answers, on="key", how="left").select(
                 "key", "kind", answer_mass=pl.col("logp_yes").exp() + pl.col("logp_no").exp()))
-            with timings("scores"):
-                window_scores.append(
-                    score_items(window, plan, answers, backbone=name, metric_ids=answer_metrics, lam=s.lam, probability=s.probability, errors=report.errors)
-                )
-                records = question_records(plan, answers, name)
-                if records.height:
+            window_scores.append(scored.scores)
+            if scored.records.height:
+                with timings("scores"):
                     record_urls.append(f"{scratch}/{name}/records-{k:05d}.parquet")
-                    write_table(record_urls[-1], records.to_arrow())
-            del plan, answers, records, needed
+                    write_table(record_urls[-1], scored.records.to_arrow())
+            del scored, needed
         with timings("scores"):
             scores = in_one_pass_order(window_scores, items)
             write_table(f"{out_dir}/scores/{name}.parquet", scores.to_arrow())
@@ -278,7 +285,7 @@ def merge_window_reports(reports: list[StageReport], masses: pl.DataFrame) -> St
     merged.failed = sum(r.failed for r in reports)
     merged.seconds = sum(r.seconds for r in reports)
     merged.quarantined = [q for r in reports for q in r.quarantined]
-    merged.errors = pa.concat_tables([schema.conform(r.errors, schema.ERRORS) for r in reports])
+    merged.errors = schema.concat_errors(r.errors for r in reports)
     return merged
 
 
@@ -288,25 +295,16 @@ def write_concatenated(url: str, tables: Iterable[pa.Table]) -> None:
     import pyarrow.parquet as pq
 
     fs, path = filesystem(url)
-    folder = posixpath.dirname(path)
-    local = "file" in ((fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol))
-    target = posixpath.join(folder, f"{TMP_PREFIX}{uuid.uuid4().hex}-{posixpath.basename(path)}") if local else path
-    if local:
-        fs.makedirs(folder, exist_ok=True)
-    writer = None
-    try:
-        with fs.open(target, "wb") as sink:
+    with local_atomic_file(path) if is_local(fs) else fs.open(path, "wb") as sink:
+        writer = None
+        try:
             for table in tables:
                 if writer is None:
                     writer = pq.ParquetWriter(sink, table.schema, compression="zstd")
                 writer.write_table(table)
+        finally:
             if writer is not None:
                 writer.close()
-        if local:
-            fs.mv(target, path)
-    finally:
-        if local and fs.exists(target):
-            fs.rm(target)
 
 
 def remove_scratch(out_dir: str) -> None:

@@ -89,7 +89,7 @@ def _run(cfg: ResolvedConfig, lease: Lease) -> RunResult:
     with clock("ingest"):
         items, shipped_questions, problems = ingest.load_items(cfg.benchmarks)
         error_tables.append(problems)
-        items, report, errors = ingest.prepare_items(items, hash_cache=f"{s.store}/image_hashes")
+        items, report, errors = ingest.prepare_items(items, store=s.store)
         result.reports.append(report)
         error_tables += errors
         write_table(f"{result.run_dir}/items.parquet", schema.conform(items.to_arrow(), schema.ITEMS))
@@ -113,7 +113,7 @@ def _run(cfg: ResolvedConfig, lease: Lease) -> RunResult:
         _write_csv(f"{result.run_dir}/statistics.csv", result.statistics)
         _write_csv(f"{result.run_dir}/deltas.csv", result.deltas)
 
-    errors = pl.from_arrow(pa.concat_tables([schema.conform(t, schema.ERRORS) for t in error_tables]))
+    errors = pl.from_arrow(schema.concat_errors(error_tables))
     result.errors = errors
     write_table(f"{result.run_dir}/errors.parquet", errors.to_arrow())
     result.counts["errors"] = errors.height
@@ -186,6 +186,10 @@ def summary_text(cfg: ResolvedConfig, result: RunResult) -> str:
     lines.append(f"{'stage':<10} {'unit':<16} {'needed':>8} {'cached':>8} {'sent':>8} {'failed':>7} {'seconds':>8}")
     for r in result.reports:
         lines.append(f"{r.stage:<10} {r.unit:<16} {r.needed:>8} {r.cached:>8} {r.sent:>8} {r.failed:>7} {r.seconds:>8.1f}")
+    moved = [q for r in result.reports for q in getattr(r, "quarantined", [])]
+    if moved:
+        lines.append(f"store: {len(moved)} bad parts (unreadable or failing their checksum) moved to _quarantine/; "
+                     "their keys were computed again (counted in sent)")
     mass_lines = [line for r in result.reports if hasattr(r, "mass_lines") for line in r.mass_lines()]
     if mass_lines:
         lines.append("")

@@ -1,4 +1,4 @@
-"""API inputs decode exactly as files do (issue 28, item 1).
+"""API inputs decode exactly as files do.
 
 A phone photo stores its pixels sideways plus an EXIF orientation tag; a PIL image of it
 must be the same upright picture as its path or bytes, and a CMYK, float or LAB image

@@ -1,10 +1,10 @@
-"""One `Scorer` called from several threads (issue 28, item 3).
+"""One `Scorer` called from several threads.
 
 Notebooks and web services call from threads. The in-process executor keeps one set of
-workers and one engine per scorer, and a worker's part writer is not reentrant, so
-concurrent calls used to crash (`'NoneType' object has no attribute 'shutdown'`) and lose
-a caller's result. Calls now take turns; each caller gets exactly the result a call of
-its own, alone, would have got.
+workers and one engine per scorer, and a worker's part writer is not reentrant: concurrent
+calls inside it would crash (`'NoneType' object has no attribute 'shutdown'`) and lose a
+caller's result. So calls take turns; each caller gets exactly the result a call of its
+own, alone, would have got.
 """
 from __future__ import annotations
 

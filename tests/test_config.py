@@ -102,11 +102,11 @@ def test_prompt_ids_change_with_template_text(tmp_path):
     assert before.startswith("v1:")
 
 
-# -- every number and list has a range, checked before any work (issue 12) ----------------------
-# Each of these used to load: limit_groups=-1 silently dropped the last group, batch_size=0 and
-# max_image_pixels=0 failed every request with exit 0, n_resamples=0 nulled every interval and
-# n_resamples=-5 failed only after all the model work. Now each fails at load, naming its key,
-# and nothing is computed (what is lost: nothing).
+# -- every number and list has a range, checked before any work ---------------------------------
+# Unchecked, each of these would do harm: limit_groups=-1 silently drops the last group,
+# batch_size=0 and max_image_pixels=0 fail every request with exit 0, n_resamples=0 nulls every
+# interval and n_resamples=-5 fails only after all the model work. Each fails at load, naming its
+# key, and nothing is computed (what is lost: nothing).
 RANGE_CASES = [
     ("benchmark_overrides.demo.limit_groups=-1", "benchmark demo.limit_groups"),
     ("benchmark_overrides.demo.limit_groups=0", "benchmark demo.limit_groups"),
@@ -256,7 +256,7 @@ def test_a_yes_no_only_model_is_refused_as_question_writer(tmp_path):
 
 
 def test_overrides_naming_nothing_in_the_run_are_reported(tmp_path, caplog):
-    """An override for a benchmark or backbone the run does not have used to be dropped without a word."""
+    """An override for a benchmark or backbone the run does not have is reported, never dropped without a word."""
     with caplog.at_level("WARNING", logger="pipeline.config"):
         cfg = load_config([f"root={tmp_path}", "benchmark_overrides.demo_large.limit_groups=2", "backbone_overrides.micr.batch_size=8"])
     said = [r.getMessage() for r in caplog.records]

@@ -208,7 +208,7 @@ def test_retry_failed_processes_again_only_the_shards_with_failed_rows(nights):
     answers = result.stage("answers")
     assert answers.sent == 0 and answers.cached == answers.needed > 0
     assert result.shards[0].failed == 2  # the corrupt image and the empty caption are still bad
-    assert nights["retried_changed"] == set()  # the same decisions as before
+    assert nights["retried_changed"] == set()  # the same decisions as the night before it
 
 
 def test_a_new_rule_is_applied_to_stored_scores_without_model_work(nights):

@@ -1,6 +1,6 @@
 """A path in the data cannot leave the dataset folder, not even through a symbolic link
-(issue 12: the check used to read only the path text, so a link inside the folder pointing
-outside was followed). The record is reported with file, record and field, and skipped; the
+(a check of the path text alone would follow a link inside the folder that points
+outside). The record is reported with file, record and field, and skipped; the
 other records load (what is lost: only the record that pointed outside)."""
 from __future__ import annotations
 

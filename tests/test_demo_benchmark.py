@@ -337,7 +337,7 @@ def test_unknown_part_is_refused(root):
 
 
 def test_a_drawn_option_that_is_not_a_bool_is_refused(root):
-    """`benchmark_overrides.demo.options.drawn=nope` used to load the large demo (a truthy string)."""
+    """`benchmark_overrides.demo.options.drawn=nope` is refused, not read as a truthy string that loads the large demo."""
     with pytest.raises(ValueError, match="drawn must be true or false, got 'nope'"):
         demo.load(root, drawn="nope")
 

@@ -1,4 +1,4 @@
-"""Every command that README.md and docs/*.md show is checked against the code (issue 28, item 5).
+"""Every command that README.md and docs/*.md show is checked against the code.
 
 A documented command must not drift from the code: each one is a test case, its id the
 file and line it is written on (`docs/reproducing.md:25`; `README.md:22+1` for the second

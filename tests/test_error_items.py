@@ -1,4 +1,4 @@
-"""Every error row of the answers stage names the items it affects (issue 28, item 2).
+"""Every error row of the answers stage names the items it affects.
 
 The stage works on deduplicated requests, so its `prompt_too_long` / `engine_error` rows carried
 only a request key: the item showed `missing_answer`, its errors list was empty and a data team

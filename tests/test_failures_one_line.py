@@ -1,5 +1,5 @@
 """Failures a user can fix are one line with a documented exit code, never a traceback
-(issue 28, item 4; pipeline/cli.py, docs/troubleshooting.md):
+(pipeline/cli.py, docs/troubleshooting.md):
 
 - storage: no space left, a read-only file system, permission denied, over quota, an S3
   bucket that refuses: exit 4, one line naming the path and the cause, also when the error
@@ -75,10 +75,10 @@ def test_a_store_write_that_fails_is_one_line_naming_the_part_and_the_cause(code
     root = _store_with_parts(tmp_path / "store")
     before = sorted(p.name for p in (tmp_path / "store" / "answers" / "b").iterdir())
 
-    def refused(target_fs, path, data):  # what a write() or close() on a full disk raises: errno, no file name
+    def refused(path, data):  # what a write() or close() on a full disk raises: errno, no file name
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(fs, "_write_local", refused)
+    monkeypatch.setattr(fs, "write_local_atomically", refused)
     assert _job("store").main(["compact", f"store={root}"]) == EXIT_STORAGE
     line = _one_line(capsys)
     folder = tmp_path / "store" / "answers" / "b"
@@ -104,7 +104,7 @@ def test_a_failed_write_of_a_local_file_names_the_file_not_its_temporary(tmp_pat
 
 
 def test_a_full_disk_while_taking_the_lease_names_the_lease_and_leaves_no_empty_lease(tmp_path, monkeypatch, capsys):
-
+    root = _store_with_parts(tmp_path / "store")  # written before the disk fills up
     real_fdopen = os.fdopen
 
     class Full:  # the file object of a full disk: the write (or its flush) fails
@@ -121,7 +121,6 @@ def test_a_full_disk_while_taking_the_lease_names_the_lease_and_leaves_no_empty_
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr("pipeline.store.lease.os.fdopen", Full)
-    root = _store_with_parts(tmp_path / "store")
     assert _job("store").main(["compact", f"store={root}"]) == EXIT_STORAGE
     lease = tmp_path / "store" / "answers" / "b" / "_lease.json"
     assert _one_line(capsys).startswith(f"storage: cannot write {lease}: no space left on device (ENOSPC)")

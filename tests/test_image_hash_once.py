@@ -144,8 +144,8 @@ def umask(request):
 
 
 def test_extracted_images_and_demo_files_get_an_ordinary_files_mode_and_a_failed_write_leaves_nothing(tmp_path, monkeypatch, umask):
-    """mkstemp makes its files 0600: extracted images were unreadable to every other user of a
-    shared store, unlike the store's parts. They now get what `open` gives under the umask."""
+    """mkstemp makes its files 0600, which would leave extracted images unreadable to every other
+    user of a shared store, unlike the store's parts. They get what `open` gives under the umask."""
     import stat
 
     from pipeline.benchmarks.demo import write_demo

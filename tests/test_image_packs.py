@@ -74,7 +74,7 @@ def test_byte_ranges_are_read_only_in_the_exact_form_of_a_pack():
 
 def test_a_users_file_whose_name_looks_like_a_range_is_read_whole(tmp_path):
     """Ranges are only the pipeline's own pack URIs: a file in the data whose name happens to
-    end in "#bytes=0-3" is the file it names (it used to be read as 4 bytes of another file)."""
+    end in "#bytes=0-3" is the file it names, never 4 bytes of another file."""
     (tmp_path / "a.png").write_bytes(image_bytes(1))
     odd = tmp_path / "a.png#bytes=0-3"
     odd.write_bytes(image_bytes(2))

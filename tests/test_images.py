@@ -134,7 +134,7 @@ def test_fit_pixels_bounds_and_aspect(width, height, max_pixels, min_ratio):
         assert low <= high + 1e-12
 
 
-# -- pixel modes (issue 12): 16-bit and other modes decode to the right colours, or are refused --
+# -- pixel modes: 16-bit and other modes decode to the right colours, or are refused -----------
 
 
 def _png(img: Image.Image) -> bytes:

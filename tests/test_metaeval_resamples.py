@@ -1,8 +1,8 @@
-"""jobs/metaeval.py: n_resamples=0 means point estimates without intervals (issue 28, item 5).
+"""jobs/metaeval.py: n_resamples=0 means point estimates without intervals.
 
-docs/reproducing.md's commands pass n_resamples=0; the job refused it ("must be a whole
-number >= 10, got 0") although `evaluate` has always skipped the intervals for 0. Now 0 is
-accepted and the interval columns are empty (never a made-up interval); 1 to 9 stay refused.
+docs/reproducing.md's commands pass n_resamples=0, which `evaluate` reads as "skip the
+intervals": the job accepts it and the interval columns are empty (never a made-up interval);
+1 to 9 are refused ("must be a whole number >= 10").
 """
 from __future__ import annotations
 

@@ -110,7 +110,7 @@ def test_hf_engine_answers_the_demo_benchmarks_requests_above_floors(engine, tmp
     assert row["holistic", "all"]["auc"] >= 0.9, table  # 1.000
 
 
-# Mutation tests (issue 27, item 5): each corrupts one real link between a request and its answer
+# Mutation tests: each corrupts one real link between a request and its answer
 # and shows that the floors above then fail. With random weights every one of these mutations
 # gives answers exactly as meaningless as the right code does; with the trained model they do not.
 def held_out_table(engine, requests=None):
@@ -145,6 +145,24 @@ def test_the_train_job_refuses_shares_outside_zero_to_one_before_training(tmp_pa
         assert arg.partition("=")[0] in capsys.readouterr().err
     with pytest.raises(ValueError, match="negbench_share"):  # the Python API checks too
         train(tmp_path, {}, negbench_share=2.0)
+    assert not any(tmp_path.iterdir())
+
+
+def test_the_train_jobs_weights_and_steps_read_as_written_and_name_the_valid_choices(tmp_path, capsys):
+    from jobs.micro_vlm import main
+    from pipeline.micro_vlm_training import fact_type_weights, requests_per_step
+
+    assert fact_type_weights("attribute:1.5,spatial:2") == {"attribute": 1.5, "spatial": 2.0}
+    assert requests_per_step("image:64,caption:32,holistic:32") == {"image": 64, "caption": 32, "holistic": 32}
+    with pytest.raises(ValueError, match="unknown fact type 'colour'; valid: existence, attribute"):
+        fact_type_weights("colour:2")
+    with pytest.raises(ValueError, match="unknown request kind 'claim'; valid: image, caption, holistic"):
+        requests_per_step("claim:8")
+    assert main(["train", "type_weights=colour:2", f"out={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert "type_weights must be a list of fact_type:weight, got 'colour:2'" in err and "valid: existence" in err
+    assert main(["train", "per_step=image:many", f"out={tmp_path}"]) == 2
+    assert capsys.readouterr().err.strip() == "per_step must be a list of kind:count, got 'image:many'"
     assert not any(tmp_path.iterdir())
 
 

@@ -12,7 +12,7 @@ import pytest
 from pipeline import console
 
 REPO = Path(__file__).resolve().parent.parent
-# Lines a first run printed before (issue 29): none says anything a user can act on.
+# Lines a first run must not print: none says anything a user can act on.
 NOISE = ("Token authentication is enabled", "logging_progress", "Running Dataset", "is falling back to its reference",
          "Loading weights", "Progress will be logged")
 

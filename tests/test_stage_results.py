@@ -1,9 +1,8 @@
 """Workers return what they computed; each stage reads its store once.
 
-`run_and_read` used to check the store for missing keys (one read), run the stage, then read
-every needed key back (a second read, including every part the actors had just written).
-Now the stage's one keyed read gives both the cached rows and the anti-join, and each actor
-returns the rows it stored with their statuses. These tests run the stage in process
+The stage's one keyed read gives both the cached rows and the anti-join, and each actor
+returns the rows it stored with their statuses, so nothing is read back: no second read of
+every needed key, and no read of a part the actors have just written. These tests run the stage in process
 (pipeline.stages.executor) and count the parts the driver opens.
 """
 from __future__ import annotations

@@ -195,7 +195,7 @@ def test_plcc_never_below_plain_pearson():
 
 
 # ---------------------------------------------------------------------------------------------
-# The least-squares optimum the references reach (issue 28)
+# The least-squares optimum the references reach
 
 
 def _videval_fit(x, y) -> tuple[float, float]:

@@ -111,8 +111,8 @@ def test_mean_of_tie_credits_is_the_exact_mean_rounded_once():
 
 @pytest.mark.parametrize("seed", range(4))
 def test_difference_of_two_accuracies_is_exact_and_equals_scipy(seed):
-    # Issue 28: mean(a) - mean(b) = -0.024999999999999967 made the resamples equal to -0.025
-    # count as below the estimate, and BCa moved an interval end by a whole step (1/400).
+    # In floating point mean(a) - mean(b) = -0.024999999999999967 makes the resamples equal to
+    # -0.025 count as below the estimate, and BCa moves an interval end by a whole step (1/400).
     a, b = _paired_accuracies(seed)
     n = a.size
     reference = stats.bootstrap((a - b,), np.mean, n_resamples=2000, batch=bootstrap._BATCH, method="BCa", rng=np.random.default_rng(0))

@@ -273,7 +273,7 @@ def test_ustar_long_names_folders_and_links_are_walked(tmp_path, fallbacks):
     assert fallbacks == []
 
 
-# -- odd tars go to tarfile, and behave exactly as before -----------------------------------------
+# -- odd tars go to tarfile, and behave exactly as tarfile reads them ------------------------------
 
 
 def plain_tar(tmp_path) -> bytes:
@@ -365,9 +365,9 @@ def test_signed_checksum_is_left_to_tarfile(tmp_path):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(cut=st.integers(0, 6000), flips=st.lists(st.tuples(st.integers(0, 6000), st.integers(1, 255)), max_size=2), zipped=st.booleans())
-def test_truncated_and_garbled_tars_fail_as_before(tmp_path, cut, flips, zipped):
+def test_truncated_and_garbled_tars_fail_as_tarfile_does(tmp_path, cut, flips, zipped):
     """A tar cut short anywhere (mid-header, mid-data, in the padding, in the end blocks) or
-    with bytes changed gives the same table or the same ShardError text as before."""
+    with bytes changed gives the same table or the same ShardError text as the tarfile reader."""
     raw = bytearray(write_tar(tmp_path / "whole.tar", tar_samples(range(4))).read_bytes())
     for at, xor in flips:
         if at < len(raw):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 from operators.hashing import digest
 from pipeline.config import ConfigError, ResolvedConfig, SweepConfig, load_config, required_question_sets
 from pipeline.curation.shards import CHANGE_DETECTION
+from pipeline.store.fs import absolute_path
 
 
 @dataclass
@@ -80,11 +80,10 @@ def load_curation_config(args: Sequence[str] = (), conf_dir: Path | str | None =
 
 def _absolute(path: str) -> str:
     """Local paths become absolute (Ray workers run elsewhere); a trailing slash is kept."""
-    if "://" in path:
-        return path
-    absolute = str(Path(os.path.expanduser(path)).resolve())
-    return absolute + "/" if path.endswith("/") and absolute != "/" else absolute
-
+    absolute = absolute_path(path)
+    if "://" in path or not path.endswith("/") or absolute == "/":
+        return absolute
+    return absolute + "/"
 
 
 def validate_curation(cfg: ResolvedConfig) -> None:

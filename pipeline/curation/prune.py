@@ -47,8 +47,7 @@ from pipeline.curation.pairs_cache import FOLDER as PAIRS_FOLDER
 from pipeline.curation.pairs_cache import recorded
 from pipeline.curation.shards import Shard, _version
 from pipeline.store.admin import _NAMED, GC_MIN_AGE_S, IMAGES, _age_s, _files, _url, remove_file
-from pipeline.store.folder import protocols
-from pipeline.store.fs import is_local, join_url
+from pipeline.store.fs import is_local, join_url, protocols
 from pipeline.store.lease import LEASE_FILE, Lease
 from pipeline.store.settings import retrying
 

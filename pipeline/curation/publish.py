@@ -43,7 +43,7 @@ def publish(decided: list[tuple[Shard, pl.DataFrame]], output: str) -> pl.DataFr
         override_num_blocks=len(decided),
     ).map_batches(publish_task, batch_size=1, batch_format="pyarrow", **task_options())
     tables = list(dataset.iter_batches(batch_size=None, batch_format="pyarrow"))
-    return pl.from_arrow(pa.concat_tables([schema.conform(t, schema.ERRORS) for t in tables])) if tables else pl.from_arrow(schema.ERRORS.empty_table())
+    return pl.from_arrow(schema.concat_errors(tables))
 
 
 def publish_task(batch: pa.Table) -> pa.Table:

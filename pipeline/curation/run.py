@@ -120,7 +120,7 @@ def process_window(
         pairs = read_pairs(shards, cfg)
         items, pair_errors = pairs_to_items(pairs, shards)
         error_tables.append(pair_errors)
-        items, report, errors = ingest.prepare_items(items, hash_cache=join_url(c.store, "image_hashes"))
+        items, report, errors = ingest.prepare_items(items, store=c.store)
         result.reports.append(report)
         error_tables += errors
 
@@ -133,7 +133,7 @@ def process_window(
     else:
         scores = pl.from_arrow(schema.SCORES.empty_table())
 
-    errors = pl.from_arrow(pa.concat_tables([schema.conform(t, schema.ERRORS) for t in error_tables]))
+    errors = pl.from_arrow(schema.concat_errors(error_tables))
     with clock("publish"):
         rows = shard_rows(pairs, scores, errors, list(c.metrics), rule.metric)
         evidence = evidence_table(window_dir, c.backbones[0], pairs, c.probability)

@@ -8,10 +8,10 @@ A shard is one file, local or on any fsspec store (s3://...):
   image is the first of `.jpg .jpeg .png .webp`, the caption is `.txt` (stripped) or the
   caption field of `.json`. Read whole into memory and its members sliced out by a walker
   of tar headers (pipeline.curation.tar_walk); a tar that walker cannot read exactly is read with
-  the standard library's tarfile, streaming, as before.
+  the standard library's tarfile, streaming, which reads every kind of tar.
 
 `read_shard` returns the shard's ORIGINAL rows as an Arrow table (what filtered outputs
-copy), and `shard_pairs` turns them into one (image_uri, caption) row per input row, with
+copy: `pipeline.curation.publish`), and `shard_pairs` turns them into one (image_uri, caption) row per input row, with
 a shard's embedded images written as one pack so that every pair points at its image's bytes. A row that
 cannot be used keeps its place with an error (field, reason, detail); a shard that cannot
 be read at all raises `ShardError` naming the file.
@@ -35,6 +35,7 @@ from operators.hashing import digest
 from operators.images import ImageError, decode_image, unreachable
 from pipeline.curation.tar_walk import FileBlocks, Unsupported, regular_members, tar_bytes
 from pipeline.store.folder import BadRecord, Folder
+from pipeline.store.fs import is_local
 from pipeline.store.image_packs import ImagePack
 
 FORMATS = {".parquet": "parquet", ".tar": "webdataset", ".tar.gz": "webdataset", ".tgz": "webdataset"}
@@ -111,7 +112,7 @@ def discover(patterns: Iterable[str], detect_changes: str = "stat") -> list[Shar
     for pattern in patterns:
         fs, path = url_to_fs(pattern)
         for file_path, info in _expand(fs, path, pattern).items():
-            uri = file_path if _is_local(fs) else fs.unstrip_protocol(file_path)
+            uri = file_path if is_local(fs) else fs.unstrip_protocol(file_path)
             fmt = shard_format(uri)
             if fmt is None:
                 raise ShardError(f"{uri}: not a shard (expected one of {', '.join(FORMATS)}); matched by {pattern!r}")
@@ -182,11 +183,6 @@ def current_version(shard: Shard, detect_changes: str = "stat") -> tuple[int, st
     return int(info["size"]), _version(fs, path, info, detect_changes)
 
 
-def _is_local(fs) -> bool:
-    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
-    return "file" in protocols or "local" in protocols
-
-
 # -- row counts (window planning) ------------------------------------------------------------
 
 # A tar member takes at least 1,024 bytes (a 512-byte header and one 512-byte data block), so a
@@ -205,7 +201,7 @@ def count_rows(shard: Shard) -> tuple[int, bool]:
                 return pq.ParquetFile(f).metadata.num_rows, True
         except (pa.ArrowInvalid, OSError):
             return 0, False  # unreadable: reading it records the error; it counts as nothing here
-    if _is_local(fs) and shard.uri.lower().endswith(".tar"):
+    if is_local(fs) and shard.uri.lower().endswith(".tar"):
         try:
             with open(path, "rb") as f:
                 names = [name for name, _, _ in regular_members(FileBlocks(f))]

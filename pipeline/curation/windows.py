@@ -5,8 +5,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
-import pyarrow as pa
-
+from operators import schema
 from pipeline.config import ResolvedConfig
 from pipeline.curation.curation_config import CurationConfig
 from pipeline.curation.pairs_cache import PairsCache
@@ -90,6 +89,6 @@ def merge_reports(reports: list[StageReport]) -> list[StageReport]:
         m.sent += r.sent
         m.failed += r.failed
         m.seconds += r.seconds
-        m.errors = pa.concat_tables([m.errors, r.errors])
+        m.errors = schema.concat_errors([m.errors, r.errors])
     return list(merged.values())
 

@@ -225,7 +225,7 @@ def run_and_read(*, columns: list[str] | None = None, **stage_kwargs) -> tuple[p
         rows = pa.concat_tables([rows, more])
         report.sent += again.sent
         report.failed += again.failed
-        report.errors = pa.concat_tables([report.errors, again.errors])
+        report.errors = schema.concat_errors([report.errors, again.errors])
         report.seconds += again.seconds
         report.quarantined += [q for q in again.quarantined if q not in report.quarantined]
         gap = _unaccounted(requests, rows, report)
@@ -480,6 +480,72 @@ class PartSink:
                 future.result()  # raises the first failed write
 
 
+# -- a write the storage refuses: the run ends at once ------------------------------------------
+
+REFUSED = "storage_refused"  # status reason of a batch whose part the storage refused to take
+
+
+class PoolWriter(PartWriter):
+    """PartWriter in a stage's main pass: a part the storage refuses (no space left, read-only,
+    quota, access denied; `pipeline.cli.storage_error`) is returned as the batch's result
+    (`refused_status`), not raised: the driver raises that failure itself at once
+    (`raise_refused`), instead of a task error wrapped in Ray's traceback, and no batch is run
+    through the model again."""
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        from pipeline.cli import storage_error
+
+        try:
+            return super().__call__(batch)
+        except Exception as exc:
+            if storage_error(exc) is None:
+                raise
+            refused = refused_status(batch, exc, self.row_schema)
+            if refused is None:
+                raise
+            return refused
+
+
+def refused_status(batch: pa.Table, exc: BaseException, row_schema: pa.Schema | None) -> pa.Table | None:
+    """Error rows for `batch` carrying `exc` (pickled, as base64 in `detail`) to the driver;
+    None when it cannot be pickled. The link of `exc`'s chain that holds the storage failure
+    is sent (pickling keeps an exception's notes but drops its causes)."""
+    import base64
+
+    from ray import cloudpickle
+
+    from pipeline.cli import chain, storage_error
+
+    line = storage_error(exc)
+    link = next((c for c in chain(exc) if storage_error(c) == line), exc)
+    try:
+        detail = base64.b64encode(cloudpickle.dumps(link)).decode()
+    except Exception:  # noqa: BLE001 (an exception Ray cannot pickle either: raised as it is)
+        return None
+    n = batch.num_rows
+    status = pa.table({
+        "key": batch.column("key").cast(pa.string()),
+        "ok": pa.repeat(pa.scalar(False), n),
+        "stage": pa.nulls(n, pa.string()),
+        "source": pa.nulls(n, pa.string()),
+        "field": pa.nulls(n, pa.string()),
+        "reason": pa.repeat(pa.scalar(REFUSED, pa.string()), n),
+        "detail": pa.repeat(pa.scalar(detail, pa.string()), n),
+    }, schema=STATUS)
+    return status if row_schema is None else with_rows(status, [], row_schema)
+
+
+def raise_refused(results: pa.Table) -> None:
+    """Raise the storage failure a worker returned in `results` (`PoolWriter`), if any."""
+    import base64
+
+    from ray import cloudpickle
+
+    refused = results.filter(pc.equal(results.column("reason"), REFUSED))
+    if refused.num_rows:
+        raise cloudpickle.loads(base64.b64decode(refused.column("detail")[0].as_py()))
+
+
 # -- running batches on actors, with poison-request isolation ------------------------------------
 
 # Workers that may die during a stage's main pass, per worker of its pool, before the rest of
@@ -518,7 +584,7 @@ def compute_blocks(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool
     progress = Progress(stage, sum(b.num_rows for b in blocks))
 
     def start() -> None:
-        actor = remote.remote(worker_cls, worker_kwargs, row_schema, pool.threads)
+        actor = remote.remote(worker_cls, worker_kwargs, row_schema, pool.threads, PoolWriter)
         starting[actor.ready.remote()] = actor
 
     def died(actor) -> None:
@@ -558,6 +624,7 @@ def compute_blocks(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool
             except RayActorError:
                 died(actor)
                 continue
+            raise_refused(batch)  # the storage refused a part: nothing else can be stored either
             statuses.append(batch)
             progress.add(batch.num_rows)
             free.append(actor)
@@ -611,10 +678,13 @@ def _lost_rows(blocks: list[pa.Table], statuses: list[pa.Table]) -> list[pa.Tabl
 
 
 class _Host:
-    """A plain Ray actor around a stage worker, for isolating failures one batch at a time."""
+    """A plain Ray actor around a stage worker: a stage's main pass runs on several (with
+    `PoolWriter`, which returns a refused write as the batch's result), failure isolation on
+    one at a time."""
 
-    def __init__(self, worker_cls, worker_kwargs: dict, row_schema: pa.Schema | None = None, threads: int | None = None):
-        self.worker = PartWriter(worker_cls, worker_kwargs, row_schema, threads)
+    def __init__(self, worker_cls, worker_kwargs: dict, row_schema: pa.Schema | None = None, threads: int | None = None,
+                 writer: type[PartWriter] = PartWriter):
+        self.worker = writer(worker_cls, worker_kwargs, row_schema, threads)
 
     def ready(self) -> bool:
         return True

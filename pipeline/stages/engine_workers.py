@@ -15,18 +15,31 @@ from pipeline.stages.engine_stage import PartSink, status_table
 from pipeline.store.parts import PartStore
 
 
-class AnswerWorker:
-    """Ray actor: one engine per replica; answers a batch and stores it before returning."""
+class EngineWorker:
+    """What both actors share: the backbone's engine, loaded once per replica, and a store of
+    rows of `STORED` written through a `PartSink`."""
+
+    STORED: pa.Schema
 
     def __init__(self, backbone: BackboneSpec, templates: dict, store_url: str):
-        from operators.images import load_image
         from pipeline.stages.executor import load_engine  # shared in-process, own engine in a Ray actor
 
         self.backbone = backbone
         self.templates = templates
-        self.store = PartStore(store_url, schema.ANSWERS)
+        self.store = PartStore(store_url, self.STORED)
         self.parts = PartSink(self.store)
         self.engine = load_engine(backbone)
+
+
+class AnswerWorker(EngineWorker):
+    """Ray actor: one engine per replica; answers a batch and stores it before returning."""
+
+    STORED = schema.ANSWERS
+
+    def __init__(self, backbone: BackboneSpec, templates: dict, store_url: str):
+        from operators.images import load_image
+
+        super().__init__(backbone, templates, store_url)
         self.load_image = load_image  # checks the bytes against the request's image hash
 
     def prepare(self, batch: pa.Table):
@@ -43,17 +56,10 @@ class AnswerWorker:
         return status_table(batch.column("key"), errors)
 
 
-class GenerationWorker:
+class GenerationWorker(EngineWorker):
     """Ray actor: greedy generations (questions, DSG graphs, claims) stored raw."""
 
-    def __init__(self, backbone: BackboneSpec, templates: dict, store_url: str):
-        from pipeline.stages.executor import load_engine  # shared in-process, own engine in a Ray actor
-
-        self.backbone = backbone
-        self.templates = templates
-        self.store = PartStore(store_url, schema.GENERATIONS)
-        self.parts = PartSink(self.store)
-        self.engine = load_engine(backbone)
+    STORED = schema.GENERATIONS
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         from operators.answering import generate_batch

@@ -1,5 +1,5 @@
 """Evidence checks for one backbone: ground claims, draw control boxes, render masked views,
-answer the claims on every view and compute the deltas (SPEC section 3); plus the
+answer the claims on every view and compute the deltas (docs/method.md, "Evidence checks"); plus the
 grounding-only metric.
 
     claims (questions table) --plan_claim--> (image, phrase) queries --GroundingDINO-->

@@ -15,6 +15,7 @@ from pipeline.config import LOADERS, BenchmarkSpec, ConfigError
 from pipeline.runtime import task_options
 from pipeline.stages import executor
 from pipeline.stages.engine_stage import StageReport
+from pipeline.store.fs import join_url
 from pipeline.store.parts import PartStore
 
 log = logging.getLogger(__name__)
@@ -140,12 +141,17 @@ def hash_item_images(items: pl.DataFrame, rows_per_task: int = 64, cache_url: st
     return good.select(schema.ITEMS.names), report
 
 
-def prepare_items(items: pl.DataFrame, hash_cache: str | None = None) -> tuple[pl.DataFrame, StageReport, list[pa.Table]]:
+def image_hash_cache(store: str) -> str:
+    """The image-hash cache's folder in a shared store: a file is hashed once per version."""
+    return join_url(store, "image_hashes")
+
+
+def prepare_items(items: pl.DataFrame, store: str | None = None) -> tuple[pl.DataFrame, StageReport, list[pa.Table]]:
     """Drop empty captions, then hash every image (unreadable ones become errors).
 
-    The sweep and curation both start here once they have their items table; `hash_cache`
-    is the image-hash cache's store folder (e.g. <store>/image_hashes).
+    The sweep and curation both start here once they have their items table; with `store`,
+    hashes are read from and added to its image-hash cache (`image_hash_cache`).
     """
     items, bad_captions = drop_bad_captions(items)
-    items, report = hash_item_images(items, cache_url=hash_cache)
+    items, report = hash_item_images(items, cache_url=image_hash_cache(store) if store else None)
     return items, report, [bad_captions, report.errors]

@@ -167,7 +167,7 @@ def run_judge(
     judged, errors = (judge_rows(plan, generations, failed, backbone.name) if plan.height else (pl.from_arrow(JUDGE_TABLE.empty_table()), []))
     write_table(f"{out_dir}/judge/{backbone.name}.parquet", judged.to_arrow())
     if errors:
-        report.errors = pa.concat_tables([report.errors, schema.error_table(errors)])
+        report.errors = schema.concat_errors([report.errors, schema.error_table(errors)])
         report.failed += len(errors)
     log.info("judge %s: %d judgements, %d valid", backbone.name, judged.height, judged["valid"].sum() or 0)
     return judge_scores(judged, metric_ids), report

@@ -102,7 +102,7 @@ def generated_questions(
     joined = pl.from_arrow(requests).join(stored, on="key", how="inner")
     questions, errors = parse_generations(joined, max_questions, generator.name, items)
     if errors:
-        report.errors = pa.concat_tables([report.errors, schema.error_table(errors)])
+        report.errors = schema.concat_errors([report.errors, schema.error_table(errors)])
         report.failed += len(errors)
     log.info("questions from %s: %d rows for %d captions, %d unparseable", generator.name, questions.height, len(captions), len(errors))
     return questions, report

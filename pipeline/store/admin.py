@@ -33,10 +33,9 @@ import pyarrow.compute as pc
 from operators import schema
 from operators.hashing import digest_chunks
 from operators.images import PACKS
-from pipeline.store.folder import is_local_path
-from pipeline.store.fs import TMP_PREFIX, filesystem, is_local
+from pipeline.store.fs import TMP_PREFIX, filesystem, is_local, is_local_path
 from pipeline.store.key_index import SUFFIX
-from pipeline.store.parts import COMPACT_SMALL_ROWS, COMPACT_TARGET_ROWS, COMPACTED, MARKERS, QUARANTINE, BadPart, PartStore
+from pipeline.store.parts import COMPACT_SMALL_ROWS, COMPACT_TARGET_ROWS, COMPACTED, MARKERS, QUARANTINE, BadPart, PartStore, is_checksummed
 from pipeline.store.settings import retrying
 
 log = logging.getLogger(__name__)
@@ -66,6 +65,7 @@ class FolderReport:
     bad_markers: list[dict] = field(default_factory=list)
     temp_files: list[str] = field(default_factory=list)
     quarantined: list[str] = field(default_factory=list)
+    unchecked: int = 0  # good parts named without a content digest (written before parts carried one)
     indexes: int = 0  # compacted parts whose key index agrees with them
     unindexed: int = 0  # compacted parts without an index (read whole until `compact` indexes them)
     bad_indexes: list[dict] = field(default_factory=list)  # {path, reason[, rewritten]}
@@ -76,7 +76,8 @@ class FolderReport:
 
     def line(self) -> str:
         state = "ok" if self.ok else f"{len(self.bad_parts)} BAD parts, {len(self.bad_markers)} bad markers, {len(self.bad_indexes)} bad key indexes"
-        extra = f", {self.indexes} key indexes" if self.indexes else ""
+        extra = f", unchecked: {self.unchecked} parts written without a checksum" if self.unchecked else ""
+        extra += f", {self.indexes} key indexes" if self.indexes else ""
         extra += f", {self.unindexed} compacted parts without a key index" if self.unindexed else ""
         extra += f", {len(self.temp_files)} temp files" if self.temp_files else ""
         extra += f", {len(self.quarantined)} quarantined" if self.quarantined else ""
@@ -126,7 +127,8 @@ def survey(root: str) -> dict[str, dict[str, list[tuple[str, dict]]]]:
 
 
 def verify(root: str, *, repair: bool = False) -> list[FolderReport]:
-    """Read every part (all columns, checked against its schema) and every marker.
+    """Read every part (all columns, checked against its schema and against the content digest
+    in its name: any flipped byte makes it bad) and every marker.
 
     Each compacted part's key index is rebuilt from the part and compared with the stored
     one (an index that lies would make keys it omits read as missing).
@@ -159,6 +161,7 @@ def verify(root: str, *, repair: bool = False) -> list[FolderReport]:
                 report.bad_parts.append(entry)
                 continue
             report.rows += table.num_rows
+            report.unchecked += not is_checksummed(path)
             keys.append(table.column("key"))
             if COMPACTED.match(posixpath.basename(path)):
                 _check_index(store, report, path, repair, _url(root, root_path, path + SUFFIX))

@@ -20,13 +20,12 @@ import json
 import logging
 import os
 import posixpath
-import uuid
 from typing import Any, BinaryIO
 
 from fsspec.core import url_to_fs
 
 from operators.hashing import image_hash
-from pipeline.store.fs import TMP_PREFIX
+from pipeline.store.fs import is_local, write_local_atomically
 from pipeline.store.settings import retrying
 
 log = logging.getLogger(__name__)
@@ -45,11 +44,6 @@ class BadRecord(ValueError):
         self.message = message
 
 
-def is_local_path(path: str) -> bool:
-    """Whether `path` names this machine's filesystem (a plain path or file://), not a remote store."""
-    return "://" not in path or path.startswith("file://")
-
-
 class Folder:
     """A dataset folder: a local directory or an fsspec URL prefix such as `s3://bucket/x`."""
 
@@ -60,7 +54,7 @@ class Folder:
 
     @property
     def is_local(self) -> bool:
-        return "file" in protocols(self.fs)
+        return is_local(self.fs)
 
     def uri(self, path: str | None = None) -> str:
         """What `items.image_uri` holds: an absolute local path, or a URL with its scheme."""
@@ -171,55 +165,7 @@ class Folder:
         if not self.is_local:
             self.fs.pipe_file(path, data)  # one PUT on object stores: atomic
             return
-        # local: os calls, not fsspec's (an extraction writes 100k images into 256 folders, and
-        # fsspec's exists + makedirs per image cost more than the file's own write)
         write_local_atomically(path, data)
-
-
-def write_local_atomically(path: str, data: bytes) -> None:
-    """Write a local file (a new one, or over an old one) so that readers see the old bytes or
-    all of the new, never a part: a temporary file beside it, renamed into place. The folder is
-    made only when the temporary file cannot be created in it; a failed write leaves nothing.
-
-    The temporary file is opened with mode 0666 and the umask applied, as `open()` does, not
-    with mkstemp (its files are 0600: an image extracted by a service account was unreadable
-    to every other user of a shared store)."""
-    folder = posixpath.dirname(path)
-    tmp = posixpath.join(folder, f"{TMP_PREFIX}{uuid.uuid4().hex}")  # what `store gc` removes once old
-    flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY
-    try:
-        try:
-            fd = os.open(tmp, flags, 0o666)
-        except FileNotFoundError:
-            os.makedirs(folder, exist_ok=True)
-            fd = os.open(tmp, flags, 0o666)
-    except OSError as exc:
-        _name_target(exc, path, tmp)
-        raise
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        if isinstance(exc, OSError):
-            _name_target(exc, path, tmp)
-        raise
-
-
-def _name_target(exc: OSError, path: str, tmp: str) -> None:
-    """Let `exc` name the file being written: a failed write (no space left, a read-only file
-    system) names no file, or the temporary one, which no user knows of."""
-    if exc.errno is not None and exc.filename in (None, tmp):
-        exc.filename = path
-
-
-def protocols(fs) -> tuple[str, ...]:
-    """The protocol names of an fsspec filesystem (one string or a tuple of them)."""
-    return (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
 
 
 class JsonObject(dict):

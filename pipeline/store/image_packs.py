@@ -1,8 +1,8 @@
 """Image packs: a shard's embedded images stored as one file, each image addressed by a byte range.
 
-Curation used to write every embedded image to a file of its own. At 100k images a night that
-is 100k inode creations, and on a local disk the kernel's file creation (not the bytes) was
-the largest cost of the first run; the answer actors then opened those 100k files again. A
+A file per embedded image would cost, at 100k images a night, 100k inode creations, and on a
+local disk the kernel's file creation (not the bytes) is then the largest cost of the first
+run; the answer actors would open those 100k files again. A
 pack holds all of one shard's images, so a shard costs one file write, and readers open one
 file per shard.
 

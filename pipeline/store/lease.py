@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 
 import fsspec
 
+from pipeline.store.fs import is_local, protocols
 from pipeline.store.settings import retrying
 
 log = logging.getLogger(__name__)
@@ -94,9 +95,8 @@ class Lease:
         self.clock = clock
         self.token = uuid.uuid4().hex
         self.fs, self.path = fsspec.core.url_to_fs(self.url)
-        protocol = self.fs.protocol if isinstance(self.fs.protocol, str) else self.fs.protocol[0]
-        self.local = protocol in ("file", "local")
-        self.s3 = protocol in ("s3", "s3a")
+        self.local = is_local(self.fs)
+        self.s3 = bool({"s3", "s3a"} & set(protocols(self.fs)))
         self._lost = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

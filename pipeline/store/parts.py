@@ -2,7 +2,7 @@
 
 A `PartStore` is one folder of Parquet parts that all have a `key` column (answers of one
 backbone, generations of one generator, ...). Parts are immutable and named by a digest of
-the keys they hold, so the same work always lands under the same name. A part becomes
+the keys they hold and of their bytes, so the same work always lands under the same name. A part becomes
 visible only when complete: locally it is written under a temporary name and renamed; on
 object stores a single PUT (or a completed multipart upload) is atomic. A run that is
 killed therefore leaves only whole parts, and the next run computes just the keys that are
@@ -27,13 +27,25 @@ removes the small ones, so every key stays readable throughout (readers drop a k
 `_first_per_key`), and after it each key is stored once.
 
 The store checks itself: a part that cannot be parsed (truncated, overwritten by hand, wrong
-columns) is logged with its path and moved aside to `<store>/_quarantine/` (never deleted),
-so its keys count as missing and are computed again; writing a part whose name exists but
-whose file is bad replaces it. `pipeline.store.admin` verifies and cleans whole stores.
+columns) or whose bytes differ from its content checksum is logged with its path and moved
+aside to `<store>/_quarantine/` (never deleted), so its keys count as missing and are computed
+again; writing a part whose name exists but whose file is bad replaces it.
+`pipeline.store.admin` verifies and cleans whole stores.
+
+Content checksums: a part's name ends in the blake2b digest of its whole file
+(`part-<keys digest>-h<content digest>.parquet`), so a flipped byte anywhere (a value column,
+a page header, the footer) is caught by every whole-part read, and the name and its checksum
+appear together (one rename, one PUT): no side file can go missing or disagree. Ranged reads
+of compacted parts fetch only some row groups, so they check the Parquet page checksums
+(CRC-32 of every data and dictionary page, written into every part) of what they read; a flip
+those cannot see (a few footer bytes) is found by the next whole read or `verify`. Parts
+written without a content digest in their name stay readable, unchecked (`verify` counts them);
+`compact` rewrites small ones into checksummed parts.
 """
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import logging
 import posixpath
 import re
@@ -56,9 +68,9 @@ from pipeline.store.fs import (
     filesystem,
     is_local,
     read_json,
+    table_to_parquet_bytes,
     write_bytes_atomic,
     write_json,
-    write_table,
 )
 from pipeline.store.key_index import ROW_GROUP_ROWS, SUFFIX, BadIndex, KeyIndex, Window, key_prefixes
 from pipeline.store.settings import retrying
@@ -70,10 +82,13 @@ QUARANTINE = "_quarantine"  # bad parts moved aside: <store>/_quarantine/<part n
 MARKERS = "_markers"
 READ_THREADS = 16
 GROUPS_PER_READ = 128  # row groups of one part decoded together by a keyed read (~128k rows)
-# Compacted parts: part-k<bucket>-n<rows>-<digest>.parquet ('k' is not a hex digit, so no
-# worker-written part-<digest> name can look like one). Bucket: the key's first 0, 1 or 2
+# Compacted parts: part-k<bucket>-n<rows>-<digest>[-h<content digest>].parquet ('k' is not a hex
+# digit, so no worker-written part-<digest> name can look like one). Bucket: the key's first 0, 1 or 2
 # characters (more as the store grows) when they are lowercase hex (content keys are), else "x"s.
-COMPACTED = re.compile(r"^part-k(?P<bucket>[0-9a-fx]{0,2})-n(?P<rows>\d+)-[0-9a-f]+\.parquet$")
+COMPACTED = re.compile(r"^part-k(?P<bucket>[0-9a-fx]{0,2})-n(?P<rows>\d+)-[0-9a-f]+(?:-h[0-9a-f]{32})?\.parquet$")
+# The content digest a part's name ends with: blake2b (16 bytes) of the whole file. 'h' is not
+# a hex digit, so no keys digest of a name written without one can look like it.
+CONTENT_DIGEST = re.compile(r"-h(?P<digest>[0-9a-f]{32})\.parquet$")
 COMPACT_TARGET_ROWS = 1_048_576  # rows per compacted part at most
 COMPACT_SMALL_ROWS = 65_536  # compacted parts below this are merged again
 INDEX_CACHE_BYTES = 256 << 20  # parsed key indexes a process keeps (8 bytes a stored key: 32M keys)
@@ -85,6 +100,28 @@ class BadPart(Exception):
     def __init__(self, path: str, reason: str):
         super().__init__(f"{path}: {reason}")
         self.path, self.reason = path, reason
+
+
+def content_digest(data: bytes) -> str:
+    """The checksum a part's name carries: blake2b of the whole file (any flipped byte changes it)."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def check_content(path: str, data: bytes) -> bool:
+    """Raise BadPart when `data` differs from the content digest in part `path`'s name; False
+    for a part named without one (nothing to check it against), True when it matched."""
+    named = CONTENT_DIGEST.search(posixpath.basename(path))
+    if named is None:
+        return False
+    found = content_digest(data)
+    if found != named["digest"]:
+        raise BadPart(path, f"content checksum mismatch: the name says {named['digest']}, the {len(data)} bytes hash to {found} (corrupted on disk or in transit)")
+    return True
+
+
+def is_checksummed(path: str) -> bool:
+    """Whether part `path` was named with a content digest (parts written without one are read unchecked)."""
+    return CONTENT_DIGEST.search(posixpath.basename(path)) is not None
 
 
 class PartStore:
@@ -175,7 +212,8 @@ class PartStore:
         return chosen
 
     def read_part(self, path: str, columns: list[str] | None = None) -> pa.Table:
-        """One part, checked: raises BadPart (naming the file) if it cannot be used.
+        """One part, checked: raises BadPart (naming the file) if it cannot be used or its bytes
+        differ from the content digest in its name.
 
         Transient storage errors are retried and then raised as they are: a part that could
         not be fetched is not a bad part. A part that vanished (quarantined or collected by
@@ -183,6 +221,7 @@ class PartStore:
         """
         columns = list(columns or self.schema.names)
         data = retrying(f"read {path}", lambda: self.fs.cat_file(path))
+        check_content(path, data)
         try:
             # ParquetFile, not read_table: one footer parse and no dataset machinery (a third of
             # the cost of a small part, and an all-cached night reads thousands of them)
@@ -269,7 +308,7 @@ class PartStore:
         def fetch():
             with self._open(path) as f:
                 try:
-                    part = pq.ParquetFile(f, pre_buffer=True)
+                    part = pq.ParquetFile(f, pre_buffer=True, page_checksum_verification=True)
                     meta = part.metadata
                     if not _layout_agrees(meta, index.num_rows, size):
                         raise BadIndex(f"index of {index.num_rows} rows in groups of {size}, part of {meta.num_rows} rows in {meta.num_row_groups} groups")
@@ -306,6 +345,7 @@ class PartStore:
         """Write the key index of a compacted part (from its key column when `keys` is not
         given); None, with nothing written, when its row groups are not of one size."""
         data = retrying(f"read {path}", lambda: self.fs.cat_file(path))
+        check_content(path, data)
         try:
             meta = pq.read_metadata(pa.BufferReader(data))
             if keys is None:
@@ -328,6 +368,7 @@ class PartStore:
         except BadIndex as bad:
             return str(bad)
         data = retrying(f"read {path}", lambda: self.fs.cat_file(path))
+        check_content(path, data)
         try:
             meta = pq.read_metadata(pa.BufferReader(data))
             keys = pq.read_table(pa.BufferReader(data), columns=["key"]).column("key")
@@ -452,11 +493,12 @@ class PartStore:
             rows = rows.sort_by("key")
             for start in range(0, rows.num_rows, target_rows):
                 chunk = rows.slice(start, target_rows).combine_chunks()
-                name = f"part-k{bucket}-n{chunk.num_rows}-{keys_digest(chunk.column('key'))}.parquet"
-                url = f"{self.url}/{name}"
                 group = min(ROW_GROUP_ROWS, chunk.num_rows)
+                data = table_to_parquet_bytes(chunk, row_group_rows=group)
+                name = f"part-k{bucket}-n{chunk.num_rows}-{keys_digest(chunk.column('key'))}-h{content_digest(data)}.parquet"
+                url = f"{self.url}/{name}"
                 if not exists(url) or not self._readable(url):
-                    write_table(url, chunk, row_group_rows=group)
+                    write_bytes_atomic(url, data)
                     write_bytes_atomic(url + SUFFIX, KeyIndex.build(name, chunk.column("key"), group).to_bytes())
                 elif posixpath.join(self.path, name) not in indexed:
                     self.write_index(posixpath.join(self.path, name))
@@ -501,25 +543,31 @@ class PartStore:
                     pass
 
     # -- writing ---------------------------------------------------------------------------
-    def part_url(self, keys) -> str:
-        """The part's name: a digest of its keys (any iterable of str, or an Arrow array)."""
-        return f"{self.url}/part-{keys_digest(keys)}.parquet"
+    def part_url(self, keys, data: bytes | None = None) -> str:
+        """The part's name: a digest of its keys (any iterable of str, or an Arrow array), then
+        the content digest of its file bytes `data` (None: a name without one, read unchecked)."""
+        checksum = f"-h{content_digest(data)}" if data is not None else ""
+        return f"{self.url}/part-{keys_digest(keys)}{checksum}.parquet"
 
     def write(self, table: pa.Table) -> str | None:
         """Store `table` as one part; returns its URL (None for an empty table).
 
-        Writing the same keys again is a no-op when the stored part is good (the part's name
-        is the digest of its keys); a part under that name that cannot be read is replaced.
+        The name is the digest of its keys and of its file's bytes, so writing the same rows
+        again is a no-op when the stored part is good; a part under that name that cannot be
+        read or fails its checksum is replaced. The same keys with other bytes (an engine
+        whose numbers vary from run to run) land beside it, and readers keep one row per key.
         """
         if table.num_rows == 0:
             return None
         for field in self.schema:  # a column added to the schema later may be missing: stored null
             if field.name not in table.column_names and added_later(field):
                 table = table.append_column(field.name, pa.nulls(table.num_rows, field.type))
-        table = table.select(self.schema.names).cast(self.schema)
-        url = self.part_url(table.column("key"))
+        # sorted by key: the same rows in any order are the same bytes, hence the same name
+        table = table.select(self.schema.names).cast(self.schema).sort_by("key")
+        data = table_to_parquet_bytes(table)
+        url = self.part_url(table.column("key"), data)
         if not exists(url) or not self._readable(url):
-            write_table(url, table)
+            write_bytes_atomic(url, data)
         return url
 
     def _readable(self, url: str) -> bool:

@@ -1,9 +1,9 @@
 """All-or-nothing run folders: a sweep's outputs are either one finished run or refused.
 
 A sweep rewrites `<root>/runs/<run_name>/` file by file. Killed halfway through a rerun with
-other settings, the folder used to hold the new scores next to the old statistics and
-manifest, and reports read that mixture as one run. Now `manifest.json` carries the run's
-state:
+other settings, the folder would hold the new scores next to the old statistics and
+manifest, and reports would read that mixture as one run. So `manifest.json` carries the
+run's state:
 
 - `begin`: before any output is written, the manifest says `status: running` with a fresh
   `run_id`, and the previous run's outputs are removed (they are derived files: rerunning
