@@ -52,7 +52,7 @@ def paper_counts(b: dict) -> tuple[int, int]:
 
 
 def demo_counts(root: str) -> list[tuple[str, int, int]]:
-    from pipeline.config import load_config, required_question_sets
+    from pipeline.config import load_config
     from pipeline.stages import ingest
     from pipeline.stages.answers import plan_answers
     from pipeline.stages.questions import provided_questions
@@ -63,7 +63,7 @@ def demo_counts(root: str) -> list[tuple[str, int, int]]:
     from operators.hashing import image_hash
 
     items = items.with_columns(image_hash=pl.col("image_uri").map_elements(lambda u: image_hash(Path(u).read_bytes()), return_dtype=pl.String))
-    sets = required_question_sets(cfg.sweep)
+    sets = cfg.sweep.required_question_sets()
     questions, _ = provided_questions(items, shipped, sets)
     rows = []
     for name in cfg.benchmarks:

@@ -41,7 +41,7 @@ import pyarrow as pa
 
 from operators import schema
 from operators.metrics.decomposed import question_table
-from pipeline.config import ConfigError, ResolvedConfig, load_config, needs_grounding, refuse_non_writers
+from pipeline.config import ConfigError, ResolvedConfig, load_config, refuse_non_writers
 from pipeline.scoring import Timings, score_items_all_backbones
 from pipeline.stages import ingest
 from pipeline.stages.engine_stage import StageReport
@@ -208,7 +208,7 @@ class Scorer:
         return replace(self.cfg, sweep=replace(self.cfg.sweep, questions=questions))
 
     def _choose_executor(self, n_pairs: int, cfg: ResolvedConfig) -> str:
-        evidence = needs_grounding(cfg.sweep)
+        evidence = cfg.sweep.needs_grounding()
         if self.executor == "local" and evidence:
             raise ValueError("evidence checks (grounding, views) run on Ray: use executor='ray' or 'auto'")
         if self.executor != "auto":

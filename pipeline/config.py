@@ -17,12 +17,16 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from operators.engines import ENGINES
 from operators.engines.spec import BackboneSpec
 from operators.judge_output import JUDGE_KINDS
+from operators.metrics import catalog
+from operators.schema import QUESTION_SETS
 from operators.views import FILLS
+from pipeline.benchmarks import loader_names
 from pipeline.store.fs import join_url
 
 log = logging.getLogger(__name__)
@@ -43,7 +47,6 @@ def shipped_conf_dir() -> Path:
 
 CONF_DIR = shipped_conf_dir()
 
-ENGINES = ("hf", "vllm", "scripted")
 PROBABILITIES = ("normalized", "raw")
 PROTOCOL_STATISTICS = {
     "correlation": ("srcc", "kendall", "pearson", "plcc", "pairwise_acc"),
@@ -51,54 +54,11 @@ PROTOCOL_STATISTICS = {
     "multiple_choice": ("accuracy",),
 }
 TIE_POLICIES = ("expected", "strict", "first")
-QUESTION_SETS = ("depict", "dsg", "claims")
-
-# Metric ids the scoring stage can produce (docs/DESIGN.md), and which question sets /
-# answer kinds each needs. Merges "<decomposed>+vqascore" are accepted for every decomposed id.
-DECOMPOSED_METRICS = {
-    "agree": "depict",
-    "agree_unweighted": "depict",
-    "soft_tifa_am": "depict",
-    "soft_tifa_gm": "depict",
-    "hard_fixed_yes": "depict",
-    "mean_commitment": "depict",
-    "dsg": "dsg",
-    "dsg_nodep": "dsg",
-    "claim_mean_am": "claims",
-    "claim_mean_gm": "claims",
-    "claim_mean_hm": "claims",
-    "claim_mean_min": "claims",
-}
-HOLISTIC_METRICS = ("vqascore", "vqascore_raw")
-OTHER_METRICS = ("depict",)
-# Evidence and judge metrics come from their own stages (detector boxes, judge generations),
-# not from yes/no answers. grounding_only reads typed claims and may be merged with vqascore.
-GROUNDING_METRICS = {"grounding_only": "claims"}
-JUDGE_METRICS = {"judge_holistic": "holistic", "judge_decomposed": "decomposed"}
 SELECT_MODES = ("all", "sample", "below")
 NO_QUESTION_POLICIES = ("exclude", "zero")  # what the meta-evaluation does with an item whose metric had no questions
 BREAKDOWNS = ("tags", "template")
-# Modules in pipeline.benchmarks that read a release (pipeline/stages/ingest.py imports them by name).
-LOADERS = ("demo", "genai_bench", "tifa160", "richhf", "winoground", "negbench")
-# Fewer resamples than this make a BCa interval noise (and 0 made every interval null).
+# Fewer resamples than this make a BCa interval noise (0 would make every interval null).
 MIN_RESAMPLES = 10
-
-
-def metric_question_set(metric: str) -> str | None:
-    """The question set a metric needs (None for holistic-only metrics)."""
-    if metric == "depict":
-        return "depict"
-    base = metric.split("+", 1)[0]
-    return DECOMPOSED_METRICS.get(base) or GROUNDING_METRICS.get(base)
-
-
-def is_known_metric(metric: str) -> bool:
-    if metric in DECOMPOSED_METRICS or metric in HOLISTIC_METRICS or metric in OTHER_METRICS:
-        return True
-    if metric in GROUNDING_METRICS or metric in JUDGE_METRICS or metric == "grounding_only+vqascore":
-        return True
-    base, plus, holistic = metric.partition("+")
-    return bool(plus) and holistic == "vqascore" and base in DECOMPOSED_METRICS
 
 
 class ConfigError(ValueError):
@@ -132,7 +92,7 @@ class ProtocolSpec:
 @dataclass
 class BenchmarkSpec:
     name: str = "???"
-    loader: str = "???"  # module in pipeline.benchmarks: genai_bench, tifa160, richhf, winoground, negbench, demo
+    loader: str = "???"  # a loader of pipeline.benchmarks (its LOADER name): genai_bench, tifa160, richhf, winoground, negbench, demo
     root: str = "???"  # local folder or s3:// prefix holding the official files
     options: dict = field(default_factory=dict)  # loader keyword arguments
     protocol: ProtocolSpec = field(default_factory=ProtocolSpec)
@@ -231,7 +191,7 @@ class SelectSpec:
 
 @dataclass
 class EvidenceSpec:
-    """Grounding, matched control boxes, masked views and their answer deltas (SPEC section 3).
+    """Grounding, matched control boxes, masked views and their answer deltas (docs/method.md, "Evidence checks").
 
     Grounding also runs when the grounding_only metric is requested; views and deltas only
     when enabled.
@@ -276,25 +236,9 @@ class SweepConfig:
     name: str = "???"
     backbones: list[str] = field(default_factory=list)
     benchmarks: list[str] = field(default_factory=list)
-    metrics: list[str] = field(
-        default_factory=lambda: [
-            "depict",
-            "agree",
-            "agree_unweighted",
-            "agree_unweighted+vqascore",
-            "soft_tifa_am",
-            "soft_tifa_gm",
-            "soft_tifa_am+vqascore",
-            "hard_fixed_yes",
-            "dsg",
-            "dsg_nodep",
-            "vqascore",
-            "vqascore_raw",
-            "mean_commitment",
-        ]
-    )
-    target: str = "depict"  # the metric compared against the strongest baseline
-    baselines: list[str] = field(default_factory=lambda: ["dsg", "soft_tifa_am", "vqascore"])
+    metrics: list[str] = field(default_factory=lambda: list(catalog.DEFAULT_METRICS))  # ids of operators.metrics.catalog
+    target: str = catalog.DEFAULT_TARGET  # the metric compared against the strongest baseline
+    baselines: list[str] = field(default_factory=lambda: list(catalog.DEFAULT_BASELINES))
     lam: float = 0.5  # weight of the holistic term in every merge
     probability: str = "normalized"  # normalized: sigmoid(lp_yes - lp_no) | raw: exp(lp_yes)
     questions: QuestionsSpec = field(default_factory=QuestionsSpec)
@@ -314,6 +258,30 @@ class SweepConfig:
     # Items per scoring window (null: one window): requests -> answers -> scores run a window at a
     # time, so the driver holds one window's requests and answers, never the whole sweep's.
     window_items: int | None = 50_000
+
+    def required_question_sets(self) -> list[str]:
+        """Question sets the run needs: the configured ones plus those its metrics and evidence need."""
+        sets = list(self.questions.sets)
+        for metric in self.metrics:
+            qs = catalog.question_set(metric)
+            if qs and qs not in sets:
+                sets.append(qs)
+        if self.evidence.enabled and self.evidence.question_set not in sets:
+            sets.append(self.evidence.question_set)
+        return sets
+
+    def judge_kinds(self) -> list[str]:
+        """Judge kinds the run generates: the configured ones when enabled, plus those its metrics need."""
+        kinds = list(self.judge.kinds) if self.judge.enabled else []
+        for metric in self.metrics:
+            kind = catalog.judge_kind(metric)
+            if kind and kind not in kinds:
+                kinds.append(kind)
+        return kinds
+
+    def needs_grounding(self) -> bool:
+        """Detector boxes are needed: evidence checks are on, or a metric reads them."""
+        return self.evidence.enabled or any(catalog.needs_detections(m) for m in self.metrics)
 
 
 @dataclass
@@ -532,7 +500,7 @@ def refuse_non_writers(cfg: ResolvedConfig) -> None:
     """A run that would ask a yes/no-only model (`writes_questions: false`) to write its
     questions fails here, naming the setting, instead of scoring every item `no_questions`."""
     q = cfg.sweep.questions
-    if q.source != "model" or not required_question_sets(cfg.sweep):
+    if q.source != "model" or not cfg.sweep.required_question_sets():
         return
     writers = cfg.sweep.backbones if q.per_backbone else [q.generator]
     for name in writers:
@@ -556,8 +524,8 @@ def validate(cfg: ResolvedConfig, require_benchmarks: bool = True) -> None:
     if s.probability not in PROBABILITIES:
         raise ConfigError("probability", f"must be one of {PROBABILITIES}, got {s.probability!r}")
     for i, metric in enumerate(s.metrics):
-        if not is_known_metric(metric):
-            raise ConfigError(f"metrics[{i}]", f"unknown metric {metric!r}")
+        if not catalog.is_known(metric):
+            raise ConfigError(f"metrics[{i}]", f"unknown metric {metric!r} (operators/metrics/catalog.py lists them)")
     for key, metric in [("target", s.target), *((f"baselines[{i}]", m) for i, m in enumerate(s.baselines))]:
         if metric not in s.metrics:
             raise ConfigError(key, f"{metric!r} is not among the computed metrics")
@@ -569,12 +537,12 @@ def validate(cfg: ResolvedConfig, require_benchmarks: bool = True) -> None:
             raise ConfigError(f"questions.sets[{i}]", f"unknown question set {name!r}; valid: {QUESTION_SETS}")
     for name, b in cfg.backbones.items():
         if b.engine not in ENGINES:
-            raise ConfigError(f"backbone {name}.engine", f"must be one of {ENGINES}, got {b.engine!r}")
+            raise ConfigError(f"backbone {name}.engine", f"must be one of {tuple(sorted(ENGINES))}, got {b.engine!r}")
         if b.name != name:
             raise ConfigError(f"backbone {name}.name", f"file conf/backbones/{name}.yaml names itself {b.name!r}")
     for name, bench in cfg.benchmarks.items():
-        if bench.loader not in LOADERS:
-            raise ConfigError(f"benchmark {name}.loader", f"unknown loader {bench.loader!r}; valid: {LOADERS}")
+        if bench.loader not in loader_names():
+            raise ConfigError(f"benchmark {name}.loader", f"unknown loader {bench.loader!r}; valid: {loader_names()}")
         p = bench.protocol
         for i, breakdown in enumerate(p.breakdowns):
             if breakdown not in BREAKDOWNS:
@@ -593,11 +561,11 @@ def validate(cfg: ResolvedConfig, require_benchmarks: bool = True) -> None:
             raise ConfigError(f"benchmark {name}.protocol.tie_policy", f"must be one of {TIE_POLICIES}")
     needed_templates = ["answer_image", "answer_caption", "holistic"]
     if q.source == "model":
-        needed_templates += [f"generate_{'questions' if s_ == 'depict' else s_}" for s_ in required_question_sets(s)]
+        needed_templates += [f"generate_{'questions' if s_ == 'depict' else s_}" for s_ in s.required_question_sets()]
     validate_evidence(s)
     validate_judge(s)
-    needed_templates += [f"judge_{kind}" for kind in judge_kinds(s)]
-    if "claims" in required_question_sets(s):
+    needed_templates += [f"judge_{kind}" for kind in s.judge_kinds()]
+    if "claims" in s.required_question_sets():
         needed_templates.append("claim")
     for kind in needed_templates:
         cfg.prompts.template(kind)
@@ -643,8 +611,8 @@ def _names(key: str, values: list, *, allow_empty: bool = False) -> None:
 
 def validate_ranges(cfg: ResolvedConfig) -> None:
     """Every number and list has a range, checked before any work: a value outside it would
-    otherwise surface after the model work (n_resamples=-5), or never (limit_groups=-1
-    silently dropped the last group, batch_size=0 failed every request, n_resamples=0 nulled
+    otherwise surface only after the model work (n_resamples=-5), or never (limit_groups=-1
+    would silently drop the last group, batch_size=0 fail every request, n_resamples=0 null
     every interval)."""
     s = cfg.sweep
     _names("backbones", list(s.backbones))
@@ -734,7 +702,7 @@ def validate_evidence(s: SweepConfig) -> None:
             raise ConfigError("evidence.select.count", f"must be at least 1, got {sel.count}")
     if sel.mode == "below":
         metric = sel.metric or s.target
-        if metric not in s.metrics or not is_answer_metric(metric):
+        if metric not in s.metrics or not catalog.is_yes_no(metric):
             raise ConfigError("evidence.select.metric", f"{metric!r} must be one of the computed answer-based metrics (not grounding or judge metrics)")
 
 
@@ -744,42 +712,3 @@ def validate_judge(s: SweepConfig) -> None:
             raise ConfigError(f"judge.kinds[{i}]", f"unknown judge kind {kind!r}; valid: {JUDGE_KINDS}")
     if s.judge.max_new_tokens is not None and s.judge.max_new_tokens < 1:
         raise ConfigError("judge.max_new_tokens", "must be at least 1")
-
-
-def is_answer_metric(metric: str) -> bool:
-    """Computed from yes/no answers by the scores stage (not by the grounding or judge stages)."""
-    base = metric.split("+", 1)[0]
-    return base not in GROUNDING_METRICS and base not in JUDGE_METRICS
-
-
-def judge_kinds(sweep: SweepConfig) -> list[str]:
-    """Judge kinds the run generates: the configured ones when enabled, plus those its metrics need."""
-    kinds = list(sweep.judge.kinds) if sweep.judge.enabled else []
-    for metric in sweep.metrics:
-        kind = JUDGE_METRICS.get(metric)
-        if kind and kind not in kinds:
-            kinds.append(kind)
-    return kinds
-
-
-def needs_grounding(sweep: SweepConfig) -> bool:
-    return sweep.evidence.enabled or any(m.split("+", 1)[0] in GROUNDING_METRICS for m in sweep.metrics)
-
-
-def required_question_sets(sweep: SweepConfig) -> list[str]:
-    """Question sets the run needs: the configured ones plus those its metrics need."""
-    sets = list(sweep.questions.sets)
-    for metric in sweep.metrics:
-        qs = metric_question_set(metric)
-        if qs and qs not in sets:
-            sets.append(qs)
-    if sweep.evidence.enabled and sweep.evidence.question_set not in sets:
-        sets.append(sweep.evidence.question_set)
-    return sets
-
-
-def as_plain(value):
-    """OmegaConf containers -> plain Python (for manifests and messages)."""
-    if isinstance(value, (DictConfig, ListConfig)):
-        return OmegaConf.to_container(value, resolve=True)
-    return value

@@ -123,7 +123,7 @@ def benchmark_requests(root: str, backbone: str = "micro", overrides: Sequence[s
     fixed items; the large demo's parts, demo_large*, add the drawn ones), each with its truth
     and fact type, and the loaded config's templates."""
     from operators.hashing import image_hash
-    from pipeline.config import load_config, required_question_sets
+    from pipeline.config import load_config
     from pipeline.scoring import needs_holistic
     from pipeline.stages import ingest
     from pipeline.stages.answers import plan_answers
@@ -133,7 +133,7 @@ def benchmark_requests(root: str, backbone: str = "micro", overrides: Sequence[s
     items, shipped, _ = ingest.load_items(cfg.benchmarks)
     hashes = {u: image_hash(open(u, "rb").read()) for u in items["image_uri"].unique().to_list()}
     items = items.with_columns(image_hash=pl.col("image_uri").replace_strict(hashes))
-    sets = required_question_sets(cfg.sweep)
+    sets = cfg.sweep.required_question_sets()
     questions, _ = provided_questions(items, shipped, sets)
     plan = plan_answers(items, questions, cfg.backbones[backbone], cfg.prompts, sets, needs_holistic(cfg.sweep.metrics))
     requests = pl.from_arrow(plan.requests)

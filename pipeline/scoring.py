@@ -16,14 +16,8 @@ import polars as pl
 import pyarrow as pa
 
 from operators import answer_mass, schema
-from pipeline.config import (
-    HOLISTIC_METRICS,
-    ResolvedConfig,
-    SweepConfig,
-    is_answer_metric,
-    judge_kinds,
-    required_question_sets,
-)
+from operators.metrics import catalog
+from pipeline.config import ResolvedConfig, SweepConfig
 from pipeline.stages.answers import AnswerPlan, AnswerReport, answer_store, plan_answers, run_answers
 from pipeline.stages.engine_stage import StageReport
 from pipeline.stages.evidence import run_evidence
@@ -58,7 +52,7 @@ class Scored:
 
 
 def needs_holistic(metric_ids: list[str]) -> bool:
-    return any(m in HOLISTIC_METRICS or m == "depict" or m.endswith("+vqascore") for m in metric_ids)
+    return any(catalog.reads_holistic(m) for m in metric_ids)
 
 
 def question_generators(s: SweepConfig) -> list[str]:
@@ -73,7 +67,7 @@ def question_generators(s: SweepConfig) -> list[str]:
 def obtain_questions(items: pl.DataFrame, shipped: pl.DataFrame | None, cfg: ResolvedConfig, out: Scored) -> dict[str, pl.DataFrame]:
     """Questions for every backbone: shipped with the benchmark, or generated once per caption."""
     s, q = cfg.sweep, cfg.sweep.questions
-    sets = required_question_sets(s)
+    sets = s.required_question_sets()
     if q.source == "benchmark":
         questions, errors = provided_questions(items, shipped, sets)
         out.errors.append(errors)
@@ -139,12 +133,12 @@ def answer_and_score(items: pl.DataFrame, questions: pl.DataFrame, name: str, cf
     s = cfg.sweep
     backbone = cfg.backbones[name]
     with timings("requests"):
-        plan = plan_answers(items, questions, backbone, cfg.prompts, required_question_sets(s), needs_holistic(s.metrics))
+        plan = plan_answers(items, questions, backbone, cfg.prompts, s.required_question_sets(), needs_holistic(s.metrics))
     with timings("answers"):
         answers, report = run_answers(plan, backbone, cfg.prompts, s.store, s.compute)
     report.errors = errors_for_items(report.errors, plan, items)
     with timings("scores"):
-        answer_metrics = [m for m in s.metrics if is_answer_metric(m)]
+        answer_metrics = [m for m in s.metrics if catalog.is_yes_no(m)]
         scores = score_items(items, plan, answers, backbone=name, metric_ids=answer_metrics, lam=s.lam, probability=s.probability, errors=report.errors)
         records = question_records(plan, answers, name)
     return BackboneScores(plan, answers, report, scores, records)
@@ -159,7 +153,7 @@ def add_evidence_and_judge(items: pl.DataFrame, plan, answers: pl.DataFrame, sco
     out.reports += evidence.reports
     out.errors += evidence.errors
     extra.append(evidence.scores)
-    kinds = judge_kinds(s)
+    kinds = s.judge_kinds()
     if kinds:
         with timings("judge"):
             judged, report = run_judge(
@@ -187,7 +181,7 @@ def windowed_reason(cfg: ResolvedConfig, n_items: int) -> str | None:
         return "fits one window"
     if s.evidence.enabled:
         return "evidence checks sample items across the whole sweep"
-    if judge_kinds(s):
+    if s.judge_kinds():
         return "the VLM judge adds its rows after every answer score"
     return None
 

@@ -1,6 +1,7 @@
 import pytest
 
-from pipeline.config import ConfigError, is_known_metric, load_config, required_question_sets
+from operators.metrics import catalog
+from pipeline.config import ConfigError, load_config
 
 
 def test_default_preset_is_the_demo_on_the_trained_micro_model_with_absolute_paths(tmp_path):
@@ -82,15 +83,16 @@ def test_override_without_equals_sign_is_rejected():
 
 
 def test_metric_ids():
-    assert is_known_metric("depict")
-    assert is_known_metric("soft_tifa_am+vqascore")
-    assert not is_known_metric("vqascore+vqascore")
-    assert not is_known_metric("soft_tifa_am+dsg")
+    assert catalog.is_known("depict")
+    assert catalog.is_known("soft_tifa_am+vqascore")
+    assert not catalog.is_known("vqascore+vqascore")
+    assert not catalog.is_known("soft_tifa_am+dsg")
+    assert not catalog.is_known("mean_commitment+vqascore")  # a diagnostic, never merged: the run would not produce it
 
 
 def test_required_question_sets_follow_metrics():
     cfg = load_config(["metrics=[depict,claim_mean_am,vqascore]", "baselines=[vqascore]", "questions.sets=[]"])
-    assert required_question_sets(cfg.sweep) == ["depict", "claims"]
+    assert cfg.sweep.required_question_sets() == ["depict", "claims"]
 
 
 def test_prompt_ids_change_with_template_text(tmp_path):

@@ -12,7 +12,7 @@ from PIL import Image
 
 from operators.grounding import DETECTIONS, Detections
 from operators.grounding_rules import plan_claim
-from operators.metrics import grounding_only
+from operators.metrics import catalog, grounding_only
 from operators.views import area, aspect, box_mask, iou
 from pipeline.config import (
     ConfigError,
@@ -20,9 +20,7 @@ from pipeline.config import (
     EvidenceSpec,
     SelectSpec,
     SweepConfig,
-    is_known_metric,
     load_config,
-    required_question_sets,
 )
 from pipeline.stages.evidence import (
     DELTAS,
@@ -55,17 +53,17 @@ def test_defaults_are_off_and_follow_the_spec():
 
 def test_metric_ids():
     for metric in ("grounding_only", "grounding_only+vqascore", "judge_holistic", "judge_decomposed"):
-        assert is_known_metric(metric)
-    assert not is_known_metric("judge_holistic+vqascore")
+        assert catalog.is_known(metric)
+    assert not catalog.is_known("judge_holistic+vqascore")
 
 
 def test_smoke_evidence_preset_loads(tmp_path):
     cfg = load_config(["sweep=smoke_evidence", f"root={tmp_path}"])
     assert cfg.sweep.evidence.enabled and cfg.sweep.judge.enabled
     assert cfg.sweep.evidence.detector.model_id == "builtin:tiny-grounding-dino"
-    assert "claims" in required_question_sets(cfg.sweep)
+    assert "claims" in cfg.sweep.required_question_sets()
     plain = load_config([f"root={tmp_path}"])  # the default preset is untouched
-    assert required_question_sets(plain.sweep) == ["depict", "dsg"] and not plain.sweep.evidence.enabled
+    assert plain.sweep.required_question_sets() == ["depict", "dsg"] and not plain.sweep.evidence.enabled
 
 
 @pytest.mark.parametrize(

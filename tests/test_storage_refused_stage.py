@@ -90,6 +90,6 @@ def test_the_pool_writer_passes_other_errors_and_good_batches_through(tmp_path):
     refused = PoolWriter(CountingWorker, {"store_url": str(tmp_path / "full"), "calls": calls})(batch)
     assert set(refused.column("reason").to_pylist()) == {"storage_refused"}
     broken = PoolWriter(CountingWorker, {"store_url": str(tmp_path / "x"), "calls": str(tmp_path / "no" / "such" / "dir")})
-    with pytest.raises(FileNotFoundError):  # not a storage refusal of a part: raised as before
+    with pytest.raises(FileNotFoundError):  # not a storage refusal of a part: raised unchanged
         broken(batch)
     assert Path(calls).read_text().split() == [f"{0:032x}"] * 2

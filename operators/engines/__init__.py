@@ -1,7 +1,9 @@
 """Model engines behind one interface (`base.Engine`), chosen by a backbone's `engine` field.
 
-Engines are named by module path and imported only when loaded, so importing this package
-pulls in neither torch nor vllm (the pipeline imports it on CPU-only drivers).
+`ENGINES` is the one registry of engines: a backbone's `engine` field is validated against it
+(pipeline/config.py) and an engine is added by its module plus one entry here. Engines are
+named by module path and imported only when loaded, so importing this package pulls in
+neither torch nor vllm (the pipeline imports it on CPU-only drivers).
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ class BackboneSpec:
     name: str = "???"
     # Hugging Face repo id or local directory; `builtin:tiny-vlm` is built on first use.
     model_id: str = "???"
-    # Which engine runs it: hf (transformers), vllm, scripted (deterministic, no model).
+    # Which engine runs it: a name of operators.engines.ENGINES (hf: transformers, vllm, scripted: no model).
     engine: str = "hf"
     revision: str | None = None
     family: str = ""  # qwen3_5, internvl3_5, gemma4, ... (reports group size ladders by it)

@@ -1,5 +1,8 @@
 """Metric formulas: stored yes/no answers -> the long metric table (docs/DESIGN.md).
 
+`catalog` lists every metric id with its family, question set, answer kind, mergeability
+and label; the formula modules compute the rows of their families.
+
 Every function takes the answer table(s) and the ids of the items to score, and returns a
 polars DataFrame `item_id, metric, score, note` (operators.schema.METRIC_SCORES) with one
 row per requested item and metric; a score that cannot be computed is null and its note
@@ -12,6 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 import polars as pl
 import pyarrow as pa
 
+from operators.metrics import catalog
+from operators.metrics.catalog import MERGE_TERMS
 from operators.metrics.claims import CLAIM_METRICS, claim_scores, grounding_only
 from operators.metrics.decomposed import (
     DECOMPOSED_METRICS,
@@ -47,13 +52,6 @@ from operators.metrics.probability import (
 )
 from operators.schema import METRIC_SCORES, conform
 
-# Per-item terms merged with the holistic score by default ("Any decomposed term can be
-# merged with S_hol"); mean_commitment is a diagnostic, not a score.
-MERGE_TERMS = (
-    "agree", "agree_unweighted", "soft_tifa_am", "soft_tifa_gm", "hard_fixed_yes", "dsg", "dsg_nodep",
-    *CLAIM_METRICS, "grounding_only",
-)
-
 __all__ = [
     "CLAIM_METRICS",
     "CONVENTIONS",
@@ -64,6 +62,7 @@ __all__ = [
     "HOLISTIC_METRICS",
     "MERGE_TERMS",
     "UNDECIDED_BELOW",
+    "catalog",
     "check_convention",
     "check_lambda",
     "claim_scores",

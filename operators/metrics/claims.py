@@ -16,6 +16,7 @@ from collections.abc import Iterable
 import polars as pl
 import pyarrow as pa
 
+from operators.metrics.catalog import ids
 from operators.metrics.frames import (
     keyed_rows,
     long_scores,
@@ -29,7 +30,8 @@ from operators.metrics.probability import (
     yes_probability_expr,
 )
 
-CLAIM_METRICS = ("claim_mean_am", "claim_mean_gm", "claim_mean_hm", "claim_mean_min")
+CLAIM_METRICS = ids("claims")
+_CLAIM_MEANS = {"claim_mean_am": "am", "claim_mean_gm": "gm", "claim_mean_hm": "hm", "claim_mean_min": "min"}  # id -> column below
 S_FLOOR = 1e-6  # keeps one undetected claim from sending the geometric mean to 0
 
 _CLAIM_COLUMNS = {"item_id": pl.String, "claim_id": pl.String, "logp_yes": pl.Float64, "logp_no": pl.Float64}
@@ -66,8 +68,7 @@ def claim_scores(answers: pl.DataFrame | pa.Table, item_ids: Iterable[str]) -> p
     )
     valid = pl.col("bad") == 0
     note = pl.when(valid).then(pl.lit(None, dtype=pl.String)).otherwise(missing_note("bad", "n", "claims"))
-    sources = dict(zip(CLAIM_METRICS, ("am", "gm", "hm", "min")))
-    metrics = {metric: (pl.when(valid).then(pl.col(column)), note) for metric, column in sources.items()}
+    metrics = {metric: (pl.when(valid).then(pl.col(_CLAIM_MEANS[metric])), note) for metric in CLAIM_METRICS}
     return long_scores(items, per_item, metrics, absent_note="no_claims")
 
 

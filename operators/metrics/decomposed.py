@@ -1,4 +1,4 @@
-"""Decomposed metrics: per-question answers -> one score per item (SPEC section 2).
+"""Decomposed metrics: per-question answers -> one score per item (docs/method.md, "DEPICT score").
 
 `depict` question rows carry two answers per question, on the image (v) and from the
 caption alone (t); they give DEPICT's agreement term and the fixed-yes baselines.
@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 import polars as pl
 import pyarrow as pa
 
+from operators.metrics.catalog import ids
 from operators.metrics.frames import (
     empty_scores,
     keyed_rows,
@@ -31,9 +32,9 @@ from operators.metrics.probability import (
     yes_probability_expr,
 )
 
-DEPICT_METRICS = ("agree", "agree_unweighted", "soft_tifa_am", "soft_tifa_gm", "hard_fixed_yes", "mean_commitment")
-DSG_METRICS = ("dsg", "dsg_nodep")
-DECOMPOSED_METRICS = DEPICT_METRICS + DSG_METRICS
+DEPICT_METRICS = ids("depict")  # from the depict question set (depict_scores)
+DSG_METRICS = ids("dsg")  # from the dsg question set (dsg_scores)
+DECOMPOSED_METRICS = DEPICT_METRICS + DSG_METRICS  # per-question metrics: the ones a probability convention applies to
 
 UNDECIDED_BELOW = 0.2  # commitment w_k under this: the caption does not settle the answer
 NO_PARENT = "0"  # DSG's "no parent" id (official parser and scorer skip parent id 0)

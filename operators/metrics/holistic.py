@@ -13,6 +13,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from operators.metrics.catalog import MERGE_PARTNER, ids, merged_id, names_of_merge
 from operators.metrics.frames import (
     METRIC_COLUMNS,
     keyed_rows,
@@ -25,7 +26,8 @@ from operators.metrics.probability import (
     yes_probability_expr,
 )
 
-HOLISTIC_METRICS = {"vqascore": "normalized", "vqascore_raw": "raw"}
+HOLISTIC_METRICS = ids("holistic")
+HOLISTIC_CONVENTIONS = {"vqascore": "normalized", "vqascore_raw": "raw"}  # the probability each one reads
 DEPICT_LAMBDA = 0.5  # fixed a priori by the method, not tuned
 
 _COLUMNS = {"item_id": pl.String, "logp_yes": pl.Float64, "logp_no": pl.Float64}
@@ -47,22 +49,20 @@ def holistic_scores(answers: pl.DataFrame | pa.Table, item_ids: Iterable[str]) -
             pl.when(ok).then(yes_probability_expr("logp_yes", "logp_no", convention)).otherwise(None),
             pl.when(ok).then(pl.lit(None, dtype=pl.String)).otherwise(pl.lit(_MISSING)),
         )
-        for metric, convention in HOLISTIC_METRICS.items()
+        for metric, convention in ((m, HOLISTIC_CONVENTIONS[m]) for m in HOLISTIC_METRICS)
     }
     return long_scores(items, rows, metrics, absent_note="no_answer")
 
 
-def merged_metric_id(term: str, holistic_metric: str = "vqascore") -> str:
-    return f"{term}+{holistic_metric}"
+def merged_metric_id(term: str, holistic_metric: str = MERGE_PARTNER) -> str:
+    return merged_id(term, holistic_metric)
 
 
-def merged_metric_ids(term: str, holistic_metric: str = "vqascore") -> list[str]:
-    """Every metric id a merge of `term` with `holistic_metric` is emitted under: agree merged
-    with vqascore is DEPICT, so it is also "depict"."""
-    ids = [merged_metric_id(term, holistic_metric)]
-    if (term, holistic_metric) == ("agree", "vqascore"):
-        ids.append("depict")
-    return ids
+def merged_metric_ids(term: str, holistic_metric: str = MERGE_PARTNER) -> list[str]:
+    """Every metric id a merge of `term` with `holistic_metric` is emitted under: its own and
+    the catalog's names for it (agree merged with vqascore is also "depict")."""
+    merge = merged_metric_id(term, holistic_metric)
+    return [merge, *names_of_merge(merge)]
 
 
 def check_lambda(lam: float) -> float:

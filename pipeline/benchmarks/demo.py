@@ -36,7 +36,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from operators.demo_world import (  # noqa: F401  (the world's names, as this module always offered them)
+from operators.demo_world import (  # noqa: F401  (re-exported: the demo's callers read the world's names here)
     BACKGROUND,
     COLOURS,
     COLS,
@@ -71,6 +71,9 @@ from operators.schema import QUESTIONS
 from pipeline.benchmarks.common import LoadResult
 from pipeline.benchmarks.io import BadOption, ProblemLog, items_table, rating, require_image, text_value
 from pipeline.store.folder import BadRecord, Folder
+
+LOADER = "demo"  # the name benchmark configs give as `loader:`
+WRITES_OWN_FILES = True  # load() writes the release under root on first use
 
 MANIFEST = "manifest.json"
 # Bump when the manifest layout changes (drawing changes already change every image hash).

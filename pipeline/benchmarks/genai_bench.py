@@ -24,6 +24,8 @@ from pipeline.benchmarks.common import LoadResult, Problem
 from pipeline.benchmarks.io import BadOption, ProblemLog, items_table, iter_parquet, rating, require_image, text_value
 from pipeline.store.folder import BadRecord, FileError, Folder, JsonObject, extract_image
 
+LOADER = "genai_bench"  # the name benchmark configs give as `loader:`
+
 GENERATORS = ("DALLE_3", "SDXL_Turbo", "DeepFloyd_I_XL_v1", "Midjourney_6", "SDXL_2_1", "SDXL_Base")
 RELEASES = ("1600", "527")
 RATING_RANGE = (1, 5)

@@ -19,12 +19,10 @@ import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
 from operators.schema import ITEMS, conform
+from pipeline.benchmarks import writes_own_files
 from pipeline.benchmarks.common import Problem
 from pipeline.store.folder import BadRecord, FileError, Folder, JsonObject
 from pipeline.store.settings import retrying
-
-# Loaders that write their own files under root on first use (the built-in demo).
-SELF_WRITING_LOADERS = ("demo",)
 
 
 class BadOption(ValueError):
@@ -35,7 +33,7 @@ class BadOption(ValueError):
 def missing_release_folder(root: str, loader: str) -> str | None:
     """Why `root` cannot hold the release (None if it can): checked before any work, so a
     mistyped data_root fails in one line naming the folder instead of deep in a loader."""
-    if loader in SELF_WRITING_LOADERS:
+    if writes_own_files(loader):
         return None
     try:
         fs, path = url_to_fs(root)

@@ -22,6 +22,8 @@ from pipeline.benchmarks.common import LoadResult, Problem
 from pipeline.benchmarks.io import BadOption, ProblemLog, items_table, parse_int, read_csv, require_image, text_value
 from pipeline.store.folder import BadRecord, Folder
 
+LOADER = "negbench"  # the name benchmark configs give as `loader:`
+
 N_OPTIONS = 4
 TEMPLATES = {
     "positive": "affirmative",

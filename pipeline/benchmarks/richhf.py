@@ -29,6 +29,8 @@ from pipeline.benchmarks.io import ProblemLog, items_table, number_value, requir
 from pipeline.benchmarks.tfrecord import ExampleError, TFRecordError, parse_example, read_records
 from pipeline.store.folder import BadRecord, FileError, Folder
 
+LOADER = "richhf"  # the name benchmark configs give as `loader:`
+
 SCORE_FEATURE = "misalignment_score"
 
 

@@ -24,6 +24,8 @@ from pipeline.benchmarks.common import LoadResult, Problem
 from pipeline.benchmarks.io import BadOption, ProblemLog, items_table, parse_number, rating, read_csv, require_image, text_value
 from pipeline.store.folder import BadRecord, FileError, Folder, JsonObject
 
+LOADER = "tifa160"  # the name benchmark configs give as `loader:`
+
 RATING_RANGE = (1, 5)
 HUMAN_SIGNALS = ("tifa", "likert")
 # DSG's generator names -> the suffix of TIFA's image keys.

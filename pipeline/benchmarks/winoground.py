@@ -22,6 +22,8 @@ from pipeline.benchmarks.common import LoadResult, Problem
 from pipeline.benchmarks.io import BadOption, ProblemLog, items_table, iter_jsonl, iter_parquet, require_image, text_value
 from pipeline.store.folder import BadRecord, Folder, extract_image
 
+LOADER = "winoground"  # the name benchmark configs give as `loader:`
+
 IMAGE_EXTENSION = ".png"
 PARQUET_COLUMNS = ["id", "image_0", "image_1", "caption_0", "caption_1"]
 TAG_COLUMNS = ["tag", "secondary_tag", "num_main_preds", "collapsed_tag"]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from operators.hashing import digest
-from pipeline.config import ConfigError, ResolvedConfig, SweepConfig, load_config, required_question_sets
+from pipeline.config import ConfigError, ResolvedConfig, SweepConfig, load_config
 from pipeline.curation.shards import CHANGE_DETECTION
 from pipeline.store.fs import absolute_path
 
@@ -128,7 +128,7 @@ def scoring_fingerprint(cfg: ResolvedConfig) -> str:
         "prompts": {name: cfg.prompts.prompt_id(name) for name in sorted(cfg.prompts.templates)},
         "questions": {
             "source": q.source,
-            "sets": sorted(required_question_sets(s)),
+            "sets": sorted(s.required_question_sets()),
             "max_questions": q.max_questions,
             "generator": [q.generator, cfg.backbones[q.generator].fingerprint()] if q.source == "model" and not q.per_backbone else None,
         },

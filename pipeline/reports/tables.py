@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import polars as pl
 
+from operators.metrics import catalog
 from operators.metrics.holistic import lambda_sweep
 from pipeline.metaeval import evaluate
 from pipeline.reports.finished_run import Run
@@ -40,29 +41,6 @@ from pipeline.stats.diagnostics import (
     correlation_weighting_gain,
 )
 
-METRIC_LABELS = {
-    "depict": "DEPICT",
-    "agree": "Agree",
-    "agree_unweighted": "Agree (unweighted)",
-    "agree_unweighted+vqascore": "Agree (unweighted)+VQA",
-    "agree+vqascore": "Agree+VQA",
-    "soft_tifa_am": "Soft-TIFA-AM",
-    "soft_tifa_gm": "Soft-TIFA-GM",
-    "soft_tifa_am+vqascore": "Soft-TIFA-AM+VQA",
-    "soft_tifa_gm+vqascore": "Soft-TIFA-GM+VQA",
-    "hard_fixed_yes": "Hard fixed-yes",
-    "dsg": "DSG",
-    "dsg_nodep": "DSG (no dependencies)",
-    "vqascore": "VQAScore",
-    "vqascore_raw": "VQAScore (raw)",
-    "claim_mean_am": "Claim mean (AM)",
-    "claim_mean_gm": "Claim mean (GM)",
-    "claim_mean_hm": "Claim mean (HM)",
-    "claim_mean_min": "Claim mean (min)",
-    "grounding_only": "Grounding only",
-    "judge_holistic": "Judge (holistic)",
-    "judge_decomposed": "Judge (decomposed)",
-}
 BENCHMARK_LABELS = {
     "genai_bench": "GenAI-Bench",
     "genai_bench_527": "GenAI-Bench-527",
@@ -95,7 +73,8 @@ LAMBDAS = tuple(float(x) for x in np.round(np.linspace(0.0, 1.0, 21), 2))
 
 
 def metric_label(metric: str) -> str:
-    return METRIC_LABELS.get(metric, metric)
+    """The catalog's label (operators/metrics/catalog.py): one place names each metric."""
+    return catalog.label(metric)
 
 
 def benchmark_label(benchmark: str) -> str:

@@ -32,9 +32,10 @@ from operators.engines.spec import BackboneSpec
 from operators.grounding import DETECTIONS, Detections, normalise_phrase
 from operators.grounding_rules import ClaimPlan, claim_support, plan_claim
 from operators.hashing import content_key
+from operators.metrics import catalog
 from operators.requests import IMAGE_KIND
 from operators.views import MASKED_VIEWS, VIEW_IMAGES, VIEWS, ControlRules, control_rng, draw_controls, pixel_box, view_key
-from pipeline.config import GROUNDING_METRICS, DetectorSpec, EvidenceSpec, ResolvedConfig, SelectSpec, needs_grounding
+from pipeline.config import DetectorSpec, EvidenceSpec, ResolvedConfig, SelectSpec
 from pipeline.stages.answers import AnswerPlan, key_spec, run_answers
 from pipeline.stages.engine_stage import ActorPool, PartSink, StageReport, run_and_read, status_table
 from pipeline.stages.scores import metric_inputs
@@ -459,12 +460,12 @@ def view_deltas(views: pl.DataFrame, claims: pl.DataFrame, long: pl.DataFrame, a
 
 def grounding_scores(items: pl.DataFrame, grounded: pl.DataFrame, plan: AnswerPlan, answers: pl.DataFrame, *, metric_ids: list[str], lam: float, backbone: str) -> pl.DataFrame:
     """SCORES rows of the requested grounding metrics (grounding_only and its merge)."""
-    wanted = [m for m in metric_ids if m.split("+", 1)[0] in GROUNDING_METRICS]
+    wanted = [m for m in metric_ids if catalog.needs_detections(m)]
     if not wanted:
         return pl.from_arrow(schema.SCORES.empty_table())
     results = grounded.filter(pl.col("question_set") == "claims").select("item_id", "claim_id", "groundable", "s")
     holistic = metric_inputs(plan, answers)["holistic"] if any("+" in m for m in wanted) else None
-    long = metrics.score_all(items["item_id"], grounding=results, holistic=holistic, lam=lam, merge_terms=tuple(GROUNDING_METRICS))
+    long = metrics.score_all(items["item_id"], grounding=results, holistic=holistic, lam=lam, merge_terms=catalog.ids(answer_kind=catalog.DETECTIONS))
     scored = long.filter(pl.col("metric").is_in(wanted)).join(items.select("item_id", "benchmark"), on="item_id", how="left")
     return pl.from_arrow(schema.conform(scored.with_columns(backbone=pl.lit(backbone)).to_arrow(), schema.SCORES, what="scores"))
 
@@ -479,11 +480,11 @@ def run_evidence(items: pl.DataFrame, plan: AnswerPlan, answers: pl.DataFrame, s
     """
     s, e = cfg.sweep, cfg.sweep.evidence
     result = EvidenceResult(scores=pl.from_arrow(schema.SCORES.empty_table()))
-    if not needs_grounding(s):
+    if not s.needs_grounding():
         return result
     folder = f"{out_dir}/evidence/{backbone.name}"
     selected = select_items(items, scores, e.select, s.target, e.seed) if e.enabled else pl.Series("item_id", [], pl.String)
-    targets = [("claims", items["item_id"])] if any(m.split("+", 1)[0] in GROUNDING_METRICS for m in s.metrics) else []
+    targets = [("claims", items["item_id"])] if any(catalog.needs_detections(m) for m in s.metrics) else []
     if e.enabled:
         targets.append((e.question_set, selected))
 

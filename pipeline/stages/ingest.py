@@ -1,7 +1,6 @@
 """Ingest: benchmark files -> one validated items table with image content hashes."""
 from __future__ import annotations
 
-import importlib
 import logging
 import time
 
@@ -10,8 +9,9 @@ import pyarrow as pa
 
 from operators import schema
 from operators.image_ingest import hash_cache_keys, hash_images
+from pipeline.benchmarks import loader
 from pipeline.benchmarks.io import BadOption
-from pipeline.config import LOADERS, BenchmarkSpec, ConfigError
+from pipeline.config import BenchmarkSpec, ConfigError
 from pipeline.runtime import task_options
 from pipeline.stages import executor
 from pipeline.stages.engine_stage import StageReport
@@ -22,12 +22,13 @@ log = logging.getLogger(__name__)
 
 
 def load_benchmark(spec: BenchmarkSpec):
-    """Run the benchmark's loader (pipeline.benchmarks.<loader>.load)."""
-    if spec.loader not in LOADERS:
-        raise ValueError(f"benchmark {spec.name}: unknown loader {spec.loader!r}; valid: {LOADERS}")
-    module = importlib.import_module(f"pipeline.benchmarks.{spec.loader}")
+    """Run the benchmark's loader (the module of pipeline.benchmarks that declares its name)."""
     try:
-        return module.load(spec.root, **dict(spec.options))
+        load = loader(spec.loader)
+    except ValueError as exc:
+        raise ValueError(f"benchmark {spec.name}: {exc}") from None
+    try:
+        return load(spec.root, **dict(spec.options))
     except BadOption as exc:  # one line naming the setting, not a traceback
         raise ConfigError(f"benchmark {spec.name}.options", str(exc)) from exc
 

@@ -18,7 +18,8 @@ from operators.answering import IMAGE_GENERATION_TEMPLATES
 from operators.engines.spec import BackboneSpec
 from operators.hashing import content_key
 from operators.judge_output import JudgeError, parse_judgement
-from pipeline.config import JUDGE_METRICS, ComputeSpec, PromptSet
+from operators.metrics import catalog
+from pipeline.config import ComputeSpec, PromptSet
 from pipeline.stages.engine_stage import PartSink, StageReport, engine_pool, run_and_read, status_table
 from pipeline.store.fs import write_table
 from pipeline.store.parts import PartStore
@@ -125,7 +126,8 @@ def judge_scores(judged: pl.DataFrame, metric_ids: list[str]) -> pl.DataFrame:
             "item_id", "benchmark", "backbone", metric=pl.lit(metric), score="score",
             note=pl.when(pl.col("valid")).then(None).otherwise(pl.col("reason")),
         )
-        for metric, kind in JUDGE_METRICS.items() if kind in kinds and metric in metric_ids  # fixed order
+        for metric, kind in ((m, catalog.judge_kind(m)) for m in catalog.ids("judge"))
+        if kind in kinds and metric in metric_ids  # catalog order
     ]
     scores = pl.concat(frames) if frames else pl.from_arrow(schema.SCORES.empty_table())
     return pl.from_arrow(schema.conform(scores.to_arrow(), schema.SCORES, what="judge scores"))
