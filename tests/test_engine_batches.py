@@ -12,8 +12,9 @@ import pyarrow.compute as pc
 import pytest
 
 from operators import schema
-from pipeline.stages.engine_stage import PART, ActorPool, PartSink, PartWriter, cut_batches, run_engine_stage, status_table
+from pipeline.stages.engine_stage import PART, PartSink, PartWriter, cut_batches, run_engine_stage, status_table
 from pipeline.stages.executor import LocalExecutor, running_locally
+from pipeline.stages.placement import ActorPool
 from pipeline.store.parts import PartStore
 
 
@@ -150,7 +151,8 @@ def test_status_table_marks_each_key_with_its_last_error():
 def test_engine_pools_take_batch_part_and_memory_settings_from_compute():
     from operators.engines.spec import BackboneSpec
     from pipeline.config import ComputeSpec
-    from pipeline.stages.engine_stage import _actor_asks, engine_pool
+    from pipeline.stages.engine_stage import _actor_asks
+    from pipeline.stages.placement import engine_pool
 
     pool = engine_pool(BackboneSpec(name="b", engine="scripted"), ComputeSpec(rows_per_part=64, rows_per_batch=2048, engine_memory_gb=1.5))
     assert (pool.rows_per_batch, pool.part_rows, pool.memory_gb) == (2048, 64, 1.5)
@@ -198,7 +200,8 @@ def test_engine_actors_use_the_threads_compute_asks_for(ray_session, monkeypatch
 
     from operators.engines.spec import BackboneSpec
     from pipeline.config import ComputeSpec
-    from pipeline.stages.engine_stage import _Host, compute_blocks, engine_pool
+    from pipeline.stages.engine_stage import _Host, compute_blocks
+    from pipeline.stages.placement import engine_pool
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the actors cannot import this test file
 
@@ -222,7 +225,8 @@ def test_engine_actors_use_the_threads_compute_asks_for(ray_session, monkeypatch
 MAIN_PASS = """
 import pyarrow as pa
 import ray
-from pipeline.stages.engine_stage import ActorPool, compute_blocks, status_table
+from pipeline.stages.engine_stage import compute_blocks, status_table
+from pipeline.stages.placement import ActorPool
 
 class Echo:
     def __call__(self, batch):

