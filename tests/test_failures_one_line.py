@@ -350,3 +350,15 @@ def test_a_curation_shard_url_says_why(urls):
     with pytest.raises(ShardError) as info:
         read_shard(url.replace(".png", ".parquet"), "parquet")
     assert str(info.value) == f"{url.replace('.png', '.parquet')}: input shard not found (HTTP 404)"
+
+
+def test_a_benchmark_release_file_that_is_missing_is_one_line_exit_2(tmp_path, capsys):
+    """A benchmark folder without its annotation file: the loader's FileError names the file;
+    the job prints that one line and exits 2 instead of a traceback."""
+    from pipeline.cli import EXIT_BAD_INPUT
+    from pipeline.store.folder import Folder
+
+    folder = Folder(str(tmp_path))
+    assert guarded(lambda argv: folder.read_text(folder.join("human_annotations.json")))([]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {tmp_path / 'human_annotations.json'}: file not found"
