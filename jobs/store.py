@@ -127,7 +127,7 @@ def main(argv: list[str]) -> int:
             print(f"  bad key index {bad['path']}: {bad['reason']}{fixed}")
         for lost in report.lost_keys:
             print(f"  marker {lost['marker']} says {lost['needed']} keys were stored, the readable parts hold {lost['found']}: "
-                  "parts were deleted or lost; the next run computes the missing keys")
+                  "parts were deleted or lost; the next run computes the missing keys" + (" -> marker removed" if lost.get("removed") else ""))
     if images.packs or images.images or images.bad or images.quarantined or images.temp_files:
         print(images.line())
         for bad in images.bad:

@@ -259,3 +259,7 @@ def test_verify_finds_keys_a_finished_marker_promises_that_no_part_holds(tmp_pat
     (lost,) = report.lost_keys
     assert lost["marker"].endswith("answers-abc.json") and lost["needed"] == 150 and lost["found"] == 100
     assert "1 finished markers promise keys no part holds" in report.line()
+    (report,) = verify(str(tmp_path), repair=True)
+    assert report.lost_keys[0]["removed"] and not (folder / MARKERS / "answers-abc.json").exists()
+    (report,) = verify(str(tmp_path))
+    assert report.ok and report.keys == 100

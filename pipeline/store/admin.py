@@ -183,7 +183,9 @@ def verify(root: str, *, repair: bool = False) -> list[FolderReport]:
                 continue
             stored = _promised_keys(marker)
             if stored is not None and stored > report.keys:
-                report.lost_keys.append({"marker": _url(root, root_path, path), "needed": stored, "found": report.keys})
+                report.lost_keys.append({"marker": _url(root, root_path, path), "needed": stored, "found": report.keys, "removed": repair})
+                if repair:  # the stage's next run would remove it too, before computing the missing keys
+                    store.fs.rm(path)
         report.temp_files = [_url(root, root_path, p) for p, _ in roles.get("tmp", [])]
         report.quarantined = [_url(root, root_path, p) for p, _ in roles.get(QUARANTINE, [])]
         reports.append(report)
