@@ -180,8 +180,9 @@ def zero_cost_throughput(root: str, n_requests: int) -> None:
     from operators import schema
     from pipeline.config import load_config
     from pipeline.stages.answers import answer_store
-    from pipeline.stages.engine_stage import engine_pool, run_engine_stage
+    from pipeline.stages.engine_stage import run_engine_stage
     from pipeline.stages.engine_workers import AnswerWorker
+    from pipeline.stages.placement import engine_pool
 
     cfg = load_config([f"root={root}/zc", "backbones=[zero-cost]", "compute.progress_bars=false", "compute.rows_per_part=1024"])
     backbone = cfg.backbones["zero-cost"]

@@ -153,7 +153,7 @@ def actor_overhead(cfg, items, n_requests: int, rows_per_part: int, store_url: s
     import polars as pl
     import pyarrow as pa
 
-    from pipeline.stages import engine_stage, engine_workers
+    from pipeline.stages import engine_stage, engine_workers, placement
     from pipeline.stages.answers import plan_answers
 
     backbone = cfg.backbones["zero-cost"]
@@ -174,7 +174,7 @@ def actor_overhead(cfg, items, n_requests: int, rows_per_part: int, store_url: s
     if batched:  # Ray batches of whole parts, as compute_blocks sends them
         writer = engine_stage.PartWriter(engine_workers.AnswerWorker, kwargs)
         worker, call = writer.worker, writer
-        pool = engine_stage.ActorPool(rows_per_batch=cfg.sweep.compute.rows_per_batch, rows_per_part=rows_per_part)
+        pool = placement.ActorPool(rows_per_batch=cfg.sweep.compute.rows_per_batch, rows_per_part=rows_per_part)
         calls = engine_stage.cut_batches(requests, pa.array([True] * requests.num_rows), pool)
     else:  # older code: one worker call per part
         worker = call = engine_workers.AnswerWorker(**kwargs)

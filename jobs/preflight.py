@@ -2,8 +2,11 @@
 
 Run it first on a GPU node. For each backbone it loads the engine(s), scores a fixed small
 set of demo prompts and prints answer mass per request kind, hf-vs-vLLM agreement,
-prefix-cache hit rate, requests/s, prompt tokens/s and GPU memory; it exits 1 when a check
-fails (low mass, engines disagreeing), 2 on a bad config.
+prefix-cache hit rate, requests/s, prompt tokens/s and GPU memory, and how far an answer
+moves with its batch on this hardware (each prompt alone vs all in one call, prefix cache on
+vs off), written as an invariance record to <store>/invariance/<backbone>.json for every later
+run's manifest.json; it exits 1 when a check fails (low mass, engines disagreeing), 2 on a bad
+config.
 
 Preflight options (the rest are sweep overrides, as for jobs/sweep.py):
   min_mass=0.5     lowest allowed median answer mass per request kind
@@ -11,6 +14,7 @@ Preflight options (the rest are sweep overrides, as for jobs/sweep.py):
   tolerance=0.05   largest allowed |P(yes) hf - P(yes) vLLM|
   compare_hf=true  also score vLLM backbones with transformers
   images=3         demo images to ask about
+  invariance=true  measure the batch invariance (loads each engine once more, prefix cache off)
 On CPU the default is the tiny built-in model (`backbones=[smoke]`): random weights, so its
 mass is low and the check fails by design (add min_mass=0 min_p5=0 to see it pass).
 """
@@ -28,8 +32,16 @@ from pipeline.cli import guarded  # noqa: E402
 from pipeline.config import ConfigError, load_config  # noqa: E402
 from pipeline.preflight_checks import PreflightOptions, run_preflight  # noqa: E402
 
+
+def flag(value: str) -> bool:
+    """true/false (1/0, yes/no); anything else is refused rather than read as false."""
+    if value.lower() not in ("1", "true", "yes", "0", "false", "no"):
+        raise ValueError(value)
+    return value.lower() in ("1", "true", "yes")
+
+
 OPTIONS = {"min_mass": ("min_median_mass", float), "min_p5": ("min_p5_mass", float), "tolerance": ("tolerance", float),
-           "compare_hf": ("compare_hf", lambda v: v.lower() in ("1", "true", "yes")), "images": ("images", int)}
+           "compare_hf": ("compare_hf", flag), "images": ("images", int), "invariance": ("invariance", flag)}
 
 
 @guarded  # bad input: one line, exit 2; storage failures exit 4; Ctrl-C exits 130

@@ -84,3 +84,35 @@ def gpu_memory_in_use_gib() -> float | None:
         return None
     free, total = torch.cuda.mem_get_info()
     return (total - free) / 2**30
+
+
+# How a backbone's engine turns its prefix cache off, to compare answers with it on.
+PREFIX_CACHE_OFF = {"hf": {"prefix_reuse": False}, "vllm": {"enable_prefix_caching": False}}
+
+
+def answers_one_at_a_time(engine: Engine, prompts: Sequence[Prompt]) -> np.ndarray:
+    """Each prompt in a call of its own: what a request answered with no neighbours gets."""
+    return np.concatenate([np.asarray(engine.score_yes_no([p]), dtype=np.float64).reshape(1, 2) for p in prompts])
+
+
+def largest_difference(a: np.ndarray, b: np.ndarray) -> float:
+    """Largest |log-probability difference| over both answers; 0.0 exactly when every bit agrees
+    (an answer -inf on both sides counts as equal)."""
+    same = (a == b) | (np.isnan(a) & np.isnan(b))
+    return 0.0 if same.all() else float(np.max(np.abs(a[~same] - b[~same])))
+
+
+def hardware(engine: object) -> str:
+    """What the engine computed on: the GPU's name, or the CPU with its math threads (both change
+    answers in their last digits, so an invariance record names them)."""
+    import platform
+
+    try:
+        import torch
+    except ImportError:
+        return platform.machine()
+    device = getattr(engine, "device", None)
+    on_gpu = torch.cuda.is_available() if device is None else getattr(device, "type", str(device)) == "cuda"
+    if on_gpu:
+        return f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda}, torch {torch.__version__})"
+    return f"CPU {platform.machine()} {platform.processor() or ''}".rstrip() + f", {torch.get_num_threads()} threads, torch {torch.__version__}"

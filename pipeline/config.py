@@ -661,9 +661,10 @@ def validate_ranges(cfg: ResolvedConfig) -> None:
         _at_least(f"{key}.max_prompt_tokens", b.max_prompt_tokens, 1, optional=True)
         if not b.yes_spellings or not b.no_spellings:
             raise ConfigError(key, "yes_spellings and no_spellings must be non-empty")
-        reuse = (b.engine_options or {}).get("prefix_reuse", True)
-        if not isinstance(reuse, bool):  # bool("off") is True: a string would leave reuse on, unnoticed
-            raise ConfigError(f"{key}.engine_options.prefix_reuse", f"must be true or false, got {reuse!r}")
+        for switch in ("prefix_reuse", "batch_invariant"):
+            value = (b.engine_options or {}).get(switch, True)
+            if not isinstance(value, bool):  # bool("off") is True: a string would leave it on, unnoticed
+                raise ConfigError(f"{key}.engine_options.{switch}", f"must be true or false, got {value!r}")
         for field_name in ("yes_spellings", "no_spellings"):
             for i, spelling in enumerate(getattr(b, field_name)):
                 if not isinstance(spelling, str) or not spelling:

@@ -20,6 +20,8 @@ QUIET_ENV = {
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # "Loading weights" and "Writing model shards" bars
     "RAY_DATA_LOG_LEVEL": "WARNING",  # Ray Data's progress log (it resets its loggers on every dataset)
 }
+# This project's loggers: the only ones a quiet run shows below WARNING.
+OWN_LOGGERS = ("pipeline", "operators", "jobs", "__main__")
 # Library loggers and the level below which their records are dropped in a quiet run.
 QUIET_LOGGERS = {"ray": logging.ERROR, "transformers": logging.ERROR, "filelock": logging.WARNING}
 
@@ -31,12 +33,16 @@ def verbose() -> bool:
 def configure(argv: list[str], level: int = logging.INFO) -> list[str]:
     """Set up a job's logging; returns `argv` without the verbosity flags.
 
-    Our loggers print at `level` (INFO: one line per stage and its progress); the libraries'
-    only at WARNING/ERROR unless `--verbose`.
+    Our loggers (OWN_LOGGERS) print at `level` (INFO: one line per stage and its progress);
+    every other logger, through the root, only at WARNING and above unless `--verbose`, so that
+    a library's INFO line (matplotlib's "generated new fontManager" on a fresh machine) never
+    reaches a quiet run; the libraries in QUIET_LOGGERS only at their floor.
     """
     if set(VERBOSE_FLAGS) & set(argv):
         os.environ["DEPICT_VERBOSE"] = "1"
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=level if verbose() else max(level, logging.WARNING), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for name in OWN_LOGGERS:
+        logging.getLogger(name).setLevel(level)
     if not verbose():
         quiet_libraries()
     return [arg for arg in argv if arg not in VERBOSE_FLAGS]

@@ -7,6 +7,12 @@ transformers can load the checkpoint too), prefix-cache hit rate, requests/s and
 tokens/s, GPU memory in use and, where a backbone lists `assistant_prefix_candidates`, the
 answer mass under each. A check fails when the mass is low or the engines disagree beyond
 the tolerance; `run_preflight` returns the report and whether every check passed.
+
+It also measures on this machine whether a request's answer depends on what shares its call:
+each prompt in a call of its own against all in one call, and the engine's prefix cache on
+against off (hf: `prefix_reuse`, vLLM: `enable_prefix_caching`). The largest log-probability
+differences go into the report and into an invariance record in the store
+(`invariance/<backbone>.json`), which every later run's manifest.json carries for its backbones.
 """
 from __future__ import annotations
 
@@ -14,12 +20,14 @@ import dataclasses
 import gc
 import logging
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
+import numpy as np
 import polars as pl
 
 from operators import answer_mass
 from operators.answering import ANSWER_TEMPLATES, answer_prompt
-from operators.engine_probe import EngineRun, agreement, score_timed
+from operators.engine_probe import PREFIX_CACHE_OFF, EngineRun, agreement, answers_one_at_a_time, hardware, largest_difference, score_timed
 from operators.engines import load_engine
 from operators.engines.base import Prompt
 from operators.engines.spec import BackboneSpec
@@ -27,6 +35,7 @@ from operators.hashing import image_hash
 from operators.images import decode_image, read_image_bytes
 from pipeline.config import ResolvedConfig
 from pipeline.stages import ingest
+from pipeline.store.fs import exists, read_json, write_json
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +48,7 @@ class PreflightOptions:
     compare_hf: bool = True  # vLLM backbones: also score with transformers and compare
     images: int = 3  # demo images to ask about
     questions_per_image: int = 4
+    invariance: bool = True  # measure batch 1 vs all and prefix cache on vs off (one more engine load)
 
 
 @dataclass
@@ -46,6 +56,7 @@ class BackboneResult:
     name: str
     lines: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    invariance: dict | None = None  # the invariance record (`invariance_record`)
 
     @property
     def ok(self) -> bool:
@@ -93,6 +104,8 @@ def check_backbone(spec: BackboneSpec, prompts: list[Prompt], kinds: list[str], 
         return result
     try:
         run = score_timed(engine, prompts, kinds)
+        alone = answers_one_at_a_time(engine, prompts) if options.invariance else None
+        where = hardware(engine)
         dropped = getattr(engine, "multi_token_spellings", None)
         candidates = _prefix_candidates(engine, spec, prompts, kinds) if spec.assistant_prefix_candidates else []
     finally:
@@ -100,6 +113,9 @@ def check_backbone(spec: BackboneSpec, prompts: list[Prompt], kinds: list[str], 
         del engine
         gc.collect()
     _report_run(run, result, options)
+    if alone is not None:
+        result.invariance = invariance_record(spec, prompts, run.logprobs, alone, where)
+        out.append("  invariance         " + invariance_line(result.invariance))
     if dropped:
         out.append(f"  spellings not counted (several tokens): {dropped}")
     if candidates:
@@ -129,6 +145,66 @@ def _report_run(run: EngineRun, result: BackboneResult, options: PreflightOption
     out.append(f"  throughput         {run.requests_per_s:.1f} requests/s{tokens} ({run.seconds:.2f} s, cold: includes warm-up)")
     out.append("  prefix cache hits  " + (f"{run.prefix_cache_hit_rate:.2f}" if run.prefix_cache_hit_rate is not None else "n/a (no vLLM stats)"))
     out.append("  GPU memory in use  " + (f"{run.gpu_memory_gib:.1f} GiB" if run.gpu_memory_gib is not None else "n/a (no GPU)"))
+
+
+def invariance_record(spec: BackboneSpec, prompts: list[Prompt], together: np.ndarray, alone: np.ndarray, where: str) -> dict:
+    """How far one request's answer moves with what shares its call, on this machine: `together`
+    (all prompts in one call) against `alone` (a call each), and against all in one call with
+    the prefix cache off (one more engine load)."""
+    record = {
+        "backbone": spec.name, "fingerprint": spec.fingerprint(), "engine": spec.engine, "model_id": spec.model_id,
+        "hardware": where, "prompts": len(prompts), "measured": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "batch_1_vs_n": _difference(together, alone),
+    }
+    off = PREFIX_CACHE_OFF.get(spec.engine)
+    if off is None:
+        record["prefix_cache_on_vs_off"] = {"not_measured": f"engine {spec.engine} has no prefix cache to turn off"}
+        return record
+    try:
+        engine = load_engine(dataclasses.replace(spec, engine_options={**spec.engine_options, **off}))
+    except Exception as exc:
+        record["prefix_cache_on_vs_off"] = {"not_measured": f"the engine without its prefix cache did not load: {type(exc).__name__}: {exc}"}
+        return record
+    try:
+        record["prefix_cache_on_vs_off"] = _difference(together, np.asarray(engine.score_yes_no(prompts), dtype=np.float64)) | {"option": off}
+    finally:
+        engine.close()
+        del engine
+        gc.collect()
+    return record
+
+
+def _difference(a: np.ndarray, b: np.ndarray) -> dict:
+    largest = largest_difference(a, b)
+    return {"max_abs_logprob": largest, "bit_identical": largest == 0.0}
+
+
+def invariance_line(record: dict) -> str:
+    def said(measure: dict) -> str:
+        if "not_measured" in measure:
+            return "not measured (" + measure["not_measured"] + ")"
+        return "bit-identical" if measure["bit_identical"] else f"max |dlogprob| {measure['max_abs_logprob']:.2g}"
+
+    return (f"batch 1 vs {record['prompts']}: {said(record['batch_1_vs_n'])}; "
+            f"prefix cache on vs off: {said(record['prefix_cache_on_vs_off'])}")
+
+
+def invariance_url(store: str, backbone: str) -> str:
+    return f"{store}/invariance/{backbone}.json"
+
+
+def invariance_for_manifest(store: str, specs: list[BackboneSpec]) -> dict:
+    """Each backbone's invariance record from its last preflight on this store, where it was
+    measured for the backbone as configured now (same fingerprint); else how to measure it."""
+    records = {}
+    for spec in specs:
+        url = invariance_url(store, spec.name)
+        record = read_json(url) if exists(url) else None
+        if record is None or record.get("fingerprint") != spec.fingerprint():
+            why = "never measured" if record is None else "measured for another configuration of it"
+            record = {"not_measured": f"{why}: depict preflight backbones=[{spec.name}] (python jobs/preflight.py) measures it on this hardware"}
+        records[spec.name] = record
+    return records
 
 
 def _prefix_candidates(engine, spec: BackboneSpec, prompts, kinds) -> list[str]:
@@ -182,6 +258,11 @@ def run_preflight(cfg: ResolvedConfig, options: PreflightOptions) -> tuple[str, 
         prompts, kinds = preflight_prompts(cfg, options, spec.system_prompt)
         results.append(check_backbone(spec, prompts, kinds, options))
     lines = [line for r in results for line in (*r.lines, "")]
+    for r in results:
+        if r.invariance is not None:
+            url = invariance_url(cfg.sweep.store, r.name)
+            write_json(url, r.invariance)
+            lines.append(f"invariance record: {url}  (each later run's manifest.json carries it)")
     failed = [r.name for r in results if not r.ok]
     lines.append("preflight " + ("passed" if not failed else f"FAILED for {', '.join(failed)}: do not start the sweep before fixing these"))
     return "\n".join(lines), not failed

@@ -145,7 +145,7 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None, progress
         kwargs = {"include_dashboard": False, "configure_logging": True, "logging_level": console.library_log_level()}
         if address:
             kwargs["address"] = address
-        elif not os.environ.get("RAY_ADDRESS"):
+        if not joins_cluster(address):
             if num_cpus is not None:
                 kwargs["num_cpus"] = num_cpus
             kwargs |= local_memory_kwargs(_limits)
@@ -201,8 +201,9 @@ def refuse_unshared_paths(paths: dict[str, str | None], shared: list[str] | tupl
 
 def joins_cluster(address: str | None) -> bool:
     """Whether this job joins a running Ray cluster (which may have several nodes) rather
-    than starting a local Ray of one node."""
-    return bool(address or os.environ.get("RAY_ADDRESS"))
+    than starting a local Ray of one node. `local` (Ray's word for "start a new one here", which
+    users export to keep several instances apart) is a local Ray."""
+    return (address or os.environ.get("RAY_ADDRESS") or "local") != "local"
 
 
 def _under(path: str, folders: list[str] | tuple[str, ...]) -> bool:

@@ -161,6 +161,8 @@ def _write_csv(url: str, frame: pl.DataFrame) -> None:
 
 
 def manifest(cfg: ResolvedConfig, result: RunResult) -> dict:
+    from pipeline.preflight_checks import invariance_for_manifest
+
     return {
         "run_dir": result.run_dir,
         "config": cfg.to_dict(),
@@ -169,6 +171,8 @@ def manifest(cfg: ResolvedConfig, result: RunResult) -> dict:
         "timings_s": {k: round(v, 3) for k, v in result.timings.items()},
         "counts": result.counts,
         "stages": [r.as_row() for r in result.reports],
+        # whether an answer depends on its batch neighbours on this hardware, as preflight measured it
+        "invariance": invariance_for_manifest(cfg.sweep.store, [cfg.backbones[name] for name in cfg.sweep.backbones]),
     }
 
 

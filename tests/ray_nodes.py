@@ -78,12 +78,25 @@ class RayHead:
         from ray.util.state.common import ListApiOptions, StateResource
 
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else None
-        client = StateApiClient(address=self.address, headers=headers)
+        with without_ray_address():  # Ray lets $RAY_ADDRESS override the address given here
+            client = StateApiClient(address=self.address, headers=headers)
         return client.list(StateResource(resource), ListApiOptions(limit=10_000, detail=detail), raise_on_missing_output=False)
 
     def alive_nodes(self) -> list:
         """The cluster's alive nodes (ray.util.state NodeState)."""
         return [node for node in self.state("nodes") if node.state == "ALIVE"]
+
+
+@contextlib.contextmanager
+def without_ray_address() -> Iterator[None]:
+    """This process's environment without the variables by which Ray's clients replace an
+    address they are given (RAY_ADDRESS, RAY_API_SERVER_ADDRESS), restored on exit."""
+    names = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")
+    saved = {name: os.environ.pop(name) for name in names if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 @contextlib.contextmanager

@@ -124,6 +124,7 @@ RANGE_CASES = [
     ("backbone_overrides.micro.yes_spellings=[Yes,'']", "backbone micro.yes_spellings[1]"),
     # a string left reuse on whatever it said (bool("off") is True)
     ("backbone_overrides.micro.engine_options={prefix_reuse: 'off'}", "backbone micro.engine_options.prefix_reuse"),
+    ("backbone_overrides.micro.engine_options={batch_invariant: 'no'}", "backbone micro.engine_options.batch_invariant"),
     ("bootstrap.n_resamples=0", "bootstrap.n_resamples"),
     ("bootstrap.n_resamples=-5", "bootstrap.n_resamples"),
     ("bootstrap.seed=-1", "bootstrap.seed"),

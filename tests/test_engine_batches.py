@@ -12,8 +12,9 @@ import pyarrow.compute as pc
 import pytest
 
 from operators import schema
-from pipeline.stages.engine_stage import PART, ActorPool, PartSink, PartWriter, cut_batches, run_engine_stage, status_table
+from pipeline.stages.engine_stage import PART, PartSink, PartWriter, cut_batches, run_engine_stage, status_table
 from pipeline.stages.executor import LocalExecutor, running_locally
+from pipeline.stages.placement import ActorPool
 from pipeline.store.parts import PartStore
 
 
@@ -150,7 +151,8 @@ def test_status_table_marks_each_key_with_its_last_error():
 def test_engine_pools_take_batch_part_and_memory_settings_from_compute():
     from operators.engines.spec import BackboneSpec
     from pipeline.config import ComputeSpec
-    from pipeline.stages.engine_stage import _actor_asks, engine_pool
+    from pipeline.stages.engine_stage import _actor_asks
+    from pipeline.stages.placement import engine_pool
 
     pool = engine_pool(BackboneSpec(name="b", engine="scripted"), ComputeSpec(rows_per_part=64, rows_per_batch=2048, engine_memory_gb=1.5))
     assert (pool.rows_per_batch, pool.part_rows, pool.memory_gb) == (2048, 64, 1.5)
@@ -198,7 +200,8 @@ def test_engine_actors_use_the_threads_compute_asks_for(ray_session, monkeypatch
 
     from operators.engines.spec import BackboneSpec
     from pipeline.config import ComputeSpec
-    from pipeline.stages.engine_stage import _Host, compute_blocks, engine_pool
+    from pipeline.stages.engine_stage import _Host, compute_blocks
+    from pipeline.stages.placement import engine_pool
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the actors cannot import this test file
 
@@ -215,3 +218,39 @@ def test_engine_actors_use_the_threads_compute_asks_for(ray_session, monkeypatch
         assert _Host(ThreadsWorker, {}, None, None).run(block[0]).column("detail").to_pylist() == ["1", "1"]  # left as it was
     finally:
         torch.set_num_threads(1)  # the suite's setting (conftest)
+
+
+# A fresh driver (Ray's core logs the line once per process) joins the session's Ray and runs a
+# stage's main pass on two actors.
+MAIN_PASS = """
+import pyarrow as pa
+import ray
+from pipeline.stages.engine_stage import compute_blocks, status_table
+from pipeline.stages.placement import ActorPool
+
+class Echo:
+    def __call__(self, batch):
+        return status_table(batch.column("key").to_pylist(), pa.table({"key": pa.array([], pa.string())}))
+
+ray.init(log_to_driver=False)
+blocks = [pa.table({"key": [f"k{i}", f"k{i}x"]}) for i in range(6)]
+done = compute_blocks(blocks, Echo, {}, ActorPool(size=2, num_cpus=0.5), stage="answers/t")
+print("ok", done.num_rows, sum(done.column("ok").to_pylist()))
+"""
+
+
+def test_the_main_pass_gives_ray_no_error_line_about_constructor_arguments(ray_session, tmp_path):
+    """Ray's core logs an ERROR line for an actor that may restart with constructor arguments in
+    the object store, as a Ray Data actor pool's actors always have; the stage's own actors get
+    theirs inline."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, PYTHONPATH=str(repo), RAY_ADDRESS=ray_session.get_runtime_context().gcs_address)
+    done = subprocess.run([sys.executable, "-c", MAIN_PASS], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ok 12 12" in done.stdout
+    assert [line for line in done.stderr.splitlines() if " E " in line[:40] or "core_worker" in line] == []

@@ -259,6 +259,7 @@ def test_images_reach_the_processor_one_list_per_prompt(engine, monkeypatch):
             return processor(**kwargs)
 
     monkeypatch.setattr(engine, "processor", Recording())
+    monkeypatch.setattr(engine, "batch_invariant", False)  # batched rows: one processor call for the three
     batch = [p for p in PROMPTS if p.image is not None][:3]
     engine.score_yes_no(batch)
     nested = make_nested_list_of_images(seen["images"])

@@ -10,8 +10,8 @@ import pytest
 from operators.engines import vllm
 from operators.engines.spec import BackboneSpec
 from pipeline.config import ComputeSpec
-from pipeline.stages import engine_stage
-from pipeline.stages.engine_stage import engine_pool, placeable
+from pipeline.stages import engine_stage, placement
+from pipeline.stages.placement import engine_pool, placeable
 
 
 def _pool(engine: str, **compute):
@@ -71,7 +71,7 @@ def test_gpu_nodes_an_autoscaler_may_add_count(monkeypatch):
 
 
 def test_the_local_test_cluster_has_no_gpu(ray_session):
-    assert engine_stage.largest_gpu_node() == 0
+    assert placement.largest_gpu_node() == 0
 
 
 def test_the_ray_path_places_the_pool_before_asking_for_actors(monkeypatch):

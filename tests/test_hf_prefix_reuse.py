@@ -5,6 +5,8 @@ questions then share their instruction too), caption-only prompts about two capt
 image and a system turn mixed in."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -39,8 +41,10 @@ def prompts() -> list[Prompt]:
 
 @pytest.mark.parametrize("model_id", FAMILIES)
 def test_reuse_gives_the_answers_of_the_plain_path(model_id, monkeypatch):
-    spec = BackboneSpec(name="t", model_id=model_id, engine="hf", batch_size=3)  # 5 questions per image: 2 chunks per prefix
-    plain = HFEngine(BackboneSpec(name="t", model_id=model_id, engine="hf", batch_size=3, engine_options={"prefix_reuse": False}))
+    # batched rows (batch_invariant off): 5 questions per image make 2 chunks per prefix
+    spec = BackboneSpec(name="t", model_id=model_id, engine="hf", batch_size=3, engine_options={"batch_invariant": False})
+    plain = HFEngine(BackboneSpec(name="t", model_id=model_id, engine="hf", batch_size=3,
+                                  engine_options={"prefix_reuse": False, "batch_invariant": False}))
     reused = HFEngine(spec)
     assert reused.prefix_reuse and not plain.prefix_reuse
     shared, levels = [], []
@@ -58,11 +62,29 @@ def test_reuse_gives_the_answers_of_the_plain_path(model_id, monkeypatch):
     assert reused.prompt_tokens == plain.prompt_tokens  # throughput reports count the same tokens
 
 
+@pytest.mark.parametrize("model_id", FAMILIES)
+def test_reuse_cut_per_prompt_gives_the_answers_of_the_plain_path(model_id, monkeypatch):
+    """Batch-invariant (a CPU's default): every image prompt, the lone one too, runs its image's
+    prefix (ending where the image does) and then its own suffix, one row per pass."""
+    plain = HFEngine(BackboneSpec(name="t", model_id=model_id, engine="hf", engine_options={"prefix_reuse": False}))
+    reused = HFEngine(BackboneSpec(name="t", model_id=model_id, engine="hf"))
+    assert reused.batch_invariant and reused.prefix_reuse
+    shared = []
+    original = hf_prefix.PrefixScorer.last_logits
+    monkeypatch.setattr(hf_prefix.PrefixScorer, "last_logits", lambda self, groups: shared.extend(len(g["input_ids"]) for g in groups) or original(self, groups))
+    batch = prompts()
+    expected, got = plain.score_yes_no(batch), reused.score_yes_no(batch)
+    assert sorted(shared) == [1, 2, 5, 6, 6]  # the lone image too; caption-only prompts run whole
+    assert np.abs(got - expected).max() < 1e-5
+    assert reused.prompt_tokens == plain.prompt_tokens
+
+
 def test_groups_are_one_image_and_system_turn_asked_more_than_once():
     image = Image.new("RGB", (8, 8))
     batch = [Prompt(user="a", image=image, image_id="x"), Prompt(user="b"), Prompt(user="c", image=image, image_id="x"),
              Prompt(user="d", image=image, image_id="x", system="s"), Prompt(user="e", image=image, image_id="y")]
     assert hf_prefix.shared_image_groups(batch) == ([[0, 2]], [1, 3, 4])
+    assert hf_prefix.shared_image_groups(batch, min_size=1) == ([[0, 2], [3], [4]], [1])
 
 
 def test_caption_only_prompts_share_what_saves_most():
@@ -88,8 +110,9 @@ def test_the_common_prefix_leaves_every_row_its_last_token():
 @pytest.mark.parametrize("model_id", FAMILIES[:2])
 def test_groups_of_one_prefix_length_share_their_passes(model_id):
     """Three same-size images, three questions each: one prefix pass for the three images, one
-    pass for the nine suffixes (a forward pass on a CPU costs the weights it reads, whatever its rows)."""
-    spec = BackboneSpec(name="t", model_id=model_id, engine="hf", batch_size=16)
+    pass for the nine suffixes (a forward pass on a CPU costs the weights it reads, whatever its rows).
+    Batch-invariant (a CPU's default), every pass runs one row: three prefixes, nine suffixes."""
+    spec = BackboneSpec(name="t", model_id=model_id, engine="hf", batch_size=16, engine_options={"batch_invariant": False})
     plain = HFEngine(BackboneSpec(name="t", model_id=model_id, engine="hf", engine_options={"prefix_reuse": False}))
     reused = HFEngine(spec)
     rng = np.random.default_rng(1)
@@ -101,6 +124,12 @@ def test_groups_of_one_prefix_length_share_their_passes(model_id):
     expected, got = plain.score_yes_no(batch), reused.score_yes_no(batch)
     assert calls == [3, 9]
     assert np.abs(got - expected).max() < 1e-5
+    alone = HFEngine(dataclasses.replace(spec, engine_options={}))
+    forward = alone.model.forward
+    calls.clear()
+    alone.model.forward = lambda *a, **k: calls.append(len(k["input_ids"])) or forward(*a, **k)
+    assert np.abs(alone.score_yes_no(batch) - expected).max() < 1e-5
+    assert calls == [1] * 12
 
 
 def test_a_gathered_cache_takes_rows_of_several_banks_and_leaves_them_intact():

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from packaging.requirements import Requirement
 
 from pipeline.config import ComputeSpec, load_config
-from pipeline.stages.engine_stage import engine_pool
+from pipeline.stages.placement import engine_pool
 
 ROOT = Path(__file__).resolve().parent.parent
 INFRA = ROOT / "infra"

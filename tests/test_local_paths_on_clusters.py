@@ -61,3 +61,15 @@ def test_the_api_refuses_a_local_root_on_a_cluster_before_scoring(ray_session, n
     with pytest.raises(LocalPathOnCluster, match=rf"root={tmp_path / 'api'} is a local path, but this Ray cluster has 2 nodes"):
         scorer.score(images=[Image.new("RGB", (32, 32), "red")], captions=["a red square"], questions={"a red square": ["Is there a red square?"]})
     assert scorer.last.reports == []  # no stage ran
+
+
+def test_ray_address_local_is_a_local_run_not_a_cluster(monkeypatch):
+    """`RAY_ADDRESS=local` (exported to keep several Ray instances apart) starts a Ray here."""
+    from pipeline.runtime import joins_cluster
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert not joins_cluster(None) and not joins_cluster("local") and joins_cluster("10.0.0.5:6379")
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    assert not joins_cluster(None) and joins_cluster("ray://head:10001")
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.5:6379")  # set by `ray job submit`
+    assert joins_cluster(None) and not joins_cluster("local")

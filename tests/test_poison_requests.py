@@ -12,8 +12,9 @@ import pytest
 from operators import schema
 from operators.answering import answer_batch, generate_batch
 from operators.engines.spec import BackboneSpec
-from pipeline.stages.engine_stage import ActorPool, run_and_read, run_engine_stage
+from pipeline.stages.engine_stage import run_and_read, run_engine_stage
 from pipeline.stages.engine_workers import AnswerWorker, GenerationWorker
+from pipeline.stages.placement import ActorPool
 from pipeline.store.parts import PartStore
 
 pytestmark = pytest.mark.slow  # starts Ray actors and builds the tiny model

@@ -1,6 +1,7 @@
 """jobs/preflight.py on CPU (tiny built-in model, hf engine) and its checks."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -70,8 +71,10 @@ def test_vllm_backbones_are_compared_with_hf_and_disagreement_fails(tmp_path, ti
     prompts, kinds = preflight_prompts(cfg, options, None)
     spec = BackboneSpec(name="v", model_id=tiny_vlm_dir, engine="vllm", dtype="float32")
     result = check_backbone(spec, prompts, kinds, options)
-    (llm,) = fake_vllm.LLM_INSTANCES
+    llm, without_cache = fake_vllm.LLM_INSTANCES
     assert llm.kwargs["disable_log_stats"] is False  # prefix-cache stats on for the preflight
+    assert without_cache.kwargs["enable_prefix_caching"] is False  # the invariance record's second load
+    assert result.invariance["prefix_cache_on_vs_off"]["option"] == {"enable_prefix_caching": False}
     assert any(line.startswith("  hf vs vllm         max |dP(yes)|") for line in result.lines)
     # the fake's answers are not the model's: the engines must be reported as disagreeing
     assert not result.ok and "hf and vLLM disagree" in result.failures[0]
@@ -101,3 +104,41 @@ def test_the_prefix_with_the_most_answer_mass_is_recommended():
     assert "lowest median mass 0.020" in lines[0] and "lowest median mass 0.980" in lines[1]
     assert lines[-1] == ("  -> recommended: backbone_overrides.gemma4-12b.assistant_prefix='<|channel>thought\\n<channel|>' "
                          "(mass 0.020 -> 0.980)")
+
+
+def test_preflight_measures_batch_invariance_and_every_later_manifest_carries_it(tmp_path, capsys):
+    """On the micro model (hf, CPU): each prompt alone answers as all prompts in one call, bit for
+    bit; prefix reuse off moves answers in their last digits only. The record lands in the store,
+    where a run's manifest finds it for the backbone as configured (not for another configuration)."""
+    from pipeline.preflight_checks import invariance_for_manifest
+
+    job = _job()
+    assert job.main([f"root={tmp_path}", "backbones=[micro]", "images=2", "invariance=maybe"]) == 2
+    assert job.main([f"root={tmp_path}", "backbones=[micro]", "images=2"]) == 0
+    report = capsys.readouterr().out
+    assert "  invariance         batch 1 vs 10: bit-identical; prefix cache on vs off: " in report, report
+    cfg = load_config([f"root={tmp_path}", "backbones=[micro]"])
+    spec = cfg.backbones["micro"]
+    record = invariance_for_manifest(cfg.sweep.store, [spec])["micro"]
+    assert record["fingerprint"] == spec.fingerprint() and record["engine"] == "hf" and record["hardware"].startswith("CPU ")
+    assert record["batch_1_vs_n"] == {"max_abs_logprob": 0.0, "bit_identical": True}
+    assert 0.0 <= record["prefix_cache_on_vs_off"]["max_abs_logprob"] < 1e-4
+    assert record["prefix_cache_on_vs_off"]["option"] == {"prefix_reuse": False}
+    other = dataclasses.replace(spec, max_image_pixels=4096)  # another configuration: another fingerprint
+    assert "measured for another configuration" in invariance_for_manifest(cfg.sweep.store, [other])["micro"]["not_measured"]
+
+
+def test_an_answer_that_moves_with_its_batch_is_reported_with_its_size():
+    """The record's numbers come from the answers compared, -inf on both sides counting as equal."""
+    from pipeline.preflight_checks import invariance_line, invariance_record
+
+    together = np.array([[np.log(0.6), np.log(0.3)], [np.log(0.1), np.log(0.8)], [-np.inf, 0.0]])
+    alone = together.copy()
+    alone[1, 0] += 2.5e-6  # one answer moved when asked alone
+    spec = BackboneSpec(name="s", model_id="m", engine="scripted")
+    record = invariance_record(spec, [None] * 3, together, alone, "CPU x86_64, 1 threads")
+    assert record["batch_1_vs_n"] == {"max_abs_logprob": pytest.approx(2.5e-6), "bit_identical": False}
+    assert record["prefix_cache_on_vs_off"] == {"not_measured": "engine scripted has no prefix cache to turn off"}
+    assert invariance_line(record) == ("batch 1 vs 3: max |dlogprob| 2.5e-06; prefix cache on vs off: not measured "
+                                       "(engine scripted has no prefix cache to turn off)")
+    assert invariance_record(spec, [None] * 3, together, together.copy(), "cpu")["batch_1_vs_n"]["bit_identical"]

@@ -20,7 +20,9 @@ NOISE = ("Token authentication is enabled", "logging_progress", "Running Dataset
 @pytest.fixture
 def clean(monkeypatch):
     for name in [*console.QUIET_ENV, "DEPICT_VERBOSE"]:
-        monkeypatch.delenv(name, raising=False)
+        # set first, so that monkeypatch records it and removes what console.configure writes
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     levels = {name: logging.getLogger(name).level for name in console.QUIET_LOGGERS}
     yield monkeypatch
     for name, level in levels.items():
@@ -55,3 +57,28 @@ def test_a_long_stage_logs_its_progress_with_rate_and_time_left(caplog, monkeypa
         progress.add(100)  # t=15: under 10 s since the last line
         progress.add(200)  # t=30: done, the stage's own summary follows
     assert caplog.messages == ["answers/smoke: 100/400 requests (25%), 8.3/s, about 36 s left"]
+
+
+# A job's logging set up as jobs/sweep.py does, then matplotlib imported on a fresh machine (an
+# empty config dir: it builds its font cache and logs so at INFO), then a line of our own.
+FRESH_MATPLOTLIB = """
+import logging, sys
+from pipeline import console
+console.configure(sys.argv[1:])
+import matplotlib.font_manager
+logging.getLogger("pipeline.sweep").info("our stage line")
+"""
+
+
+@pytest.mark.parametrize("flags", [[], ["--verbose"]])
+def test_a_quiet_run_prints_no_library_info_line_and_ours_still(tmp_path, flags):
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DEPICT_VERBOSE", "MPLCONFIGDIR")}
+    env |= {"MPLCONFIGDIR": str(tmp_path / "mpl"), "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", FRESH_MATPLOTLIB, *flags], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "our stage line" in done.stderr
+    assert ("generated new fontManager" in done.stderr) == bool(flags)  # --verbose brings the libraries back
+    assert (tmp_path / "mpl").is_dir()  # the cache really was built here

@@ -184,6 +184,7 @@ def test_inside_a_job_the_driver_leaves_the_jobs_own_variables_alone(monkeypatch
     for name in list(os.environ):
         if name.startswith(("AWS_", "FSSPEC_S3", "RAY_JOB_CONFIG_JSON_ENV_VAR")):
             monkeypatch.delenv(name)
+    monkeypatch.setenv("DEPICT_VERBOSE", "1")  # the storage settings alone (a quiet run adds pipeline/console.py's)
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://minio:9000")
     monkeypatch.setenv("AWS_REGION", "eu-west-1")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
@@ -192,6 +193,19 @@ def test_inside_a_job_the_driver_leaves_the_jobs_own_variables_alone(monkeypatch
     monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps(job))
     assert "AWS_ENDPOINT_URL" not in worker_env_vars()  # Ray refuses a driver that sets it again
     assert worker_env_vars()["AWS_REGION"] == "eu-west-1"
+
+
+def test_a_quiet_run_hands_workers_the_quieting_variables_the_job_does_not_set_itself(monkeypatch):
+    from pipeline import console
+    from pipeline.runtime import worker_env_vars
+
+    monkeypatch.delenv("DEPICT_VERBOSE", raising=False)
+    job = {"runtime_env": {"env_vars": {"RAY_DATA_LOG_LEVEL": "INFO"}}}
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", json.dumps(job))
+    handed = worker_env_vars()
+    assert "RAY_DATA_LOG_LEVEL" not in handed
+    assert {k: handed[k] for k in console.QUIET_ENV if k != "RAY_DATA_LOG_LEVEL"} == {
+        k: os.environ.get(k, v) for k, v in console.QUIET_ENV.items() if k != "RAY_DATA_LOG_LEVEL"}
 
 
 # -- the store on S3 --------------------------------------------------------------------------------
@@ -273,8 +287,10 @@ def start_python(code: str, *args: str, env: dict[str, str], log: Path) -> subpr
 
 
 def subprocess_env(s3: S3Server, **extra: str) -> dict[str, str]:
+    """This process's environment pointed at `s3` alone; a sweep started with it runs its own
+    Ray (RAY_ADDRESS=local: not the caller's, nor one `ray start` left running here)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "FSSPEC_S3", "RAY_ADDRESS", "RAY_TMPDIR", "RAY_JOB"))}
-    return env | s3.env() | {"PYTHONUNBUFFERED": "1"} | extra
+    return env | s3.env() | {"PYTHONUNBUFFERED": "1", "RAY_ADDRESS": "local"} | extra
 
 
 def test_a_writer_killed_mid_put_leaves_no_object(s3_env, tmp_path):

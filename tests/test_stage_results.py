@@ -16,8 +16,9 @@ import pytest
 from PIL import Image
 
 from operators import schema
-from pipeline.stages.engine_stage import ROW, ActorPool, PartSink, PartWriter, result_schema, run_and_read, status_table
+from pipeline.stages.engine_stage import ROW, PartSink, PartWriter, result_schema, run_and_read, status_table
 from pipeline.stages.executor import LocalExecutor, running_locally
+from pipeline.stages.placement import ActorPool
 from pipeline.store.parts import PartStore
 
 COLUMNS = ["key", "logp_yes", "logp_no"]

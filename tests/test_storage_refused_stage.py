@@ -14,7 +14,8 @@ import pytest
 
 from operators import schema
 from pipeline.cli import storage_error
-from pipeline.stages.engine_stage import ActorPool, PartSink, run_engine_stage, status_table
+from pipeline.stages.engine_stage import PartSink, run_engine_stage, status_table
+from pipeline.stages.placement import ActorPool
 from pipeline.store.parts import PartStore
 from pipeline.store.settings import retrying
 
@@ -74,9 +75,11 @@ def test_a_full_disk_ends_the_stage_at_once_without_running_the_batch_again(ray_
     assert storage_error(raised.value).startswith(f"storage: cannot write {part}: no space left on device (ENOSPC); ")
     assert store.read().num_rows == 0
     deadline = time.time() + 30
-    while ray_session.available_resources().get("CPU") != cpus and time.time() < deadline:  # the pool's actor is gone
+    # the pool's actor is gone (at least as many CPUs free as before: an earlier test's killed
+    # actors may still have been giving theirs back when `cpus` was read)
+    while ray_session.available_resources().get("CPU", 0) < cpus and time.time() < deadline:
         time.sleep(0.5)
-    assert ray_session.available_resources().get("CPU") == cpus
+    assert ray_session.available_resources().get("CPU", 0) >= cpus
     print(f"full disk: the stage ended after {seconds:.1f} s, {len(started)} model calls")
 
 

@@ -82,6 +82,9 @@ def test_user_conf_errors_name_the_folders(tmp_path, monkeypatch):
 
 
 def run(cmd: list, cwd: Path, env: dict | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    """`cmd` as a user runs it: without a PYTHONPATH of the developer's (one naming the checkout
+    would let the fresh venv import the repository instead of the wheel)."""
+    env = {k: v for k, v in (os.environ if env is None else env).items() if k != "PYTHONPATH"}
     proc = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
     if check and proc.returncode != 0:
         raise AssertionError(f"{cmd} exited {proc.returncode}\nstdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}")

@@ -4,6 +4,10 @@ Slower than vLLM but needs nothing beyond transformers, so it runs on a laptop C
 CI (with `builtin:tiny-vlm`). Batches are left-padded so the last position of every row is
 the model's next-token prediction for that row.
 
+On a CPU each prompt runs alone by default (`engine_options.batch_invariant`): no row is padded
+to a neighbour's length and no computation is split by what else shares the call, so the same
+request gives the same bits in any batch (docs/engines.md, "Batch composition").
+
 Weights load in `spec.dtype` on GPU and in float32 on CPU (bfloat16 matmuls on CPU are slow
 and coarse); `engine_options: {cpu_dtype: bfloat16}` overrides the CPU choice.
 """
@@ -59,7 +63,13 @@ class HFEngine:
         # once (operators/engines/hf_prefix.py), where the family is known to give the same answers;
         # engine_options: {prefix_reuse: false} turns it off.
         self.prefix_reuse = bool(spec.engine_options.get("prefix_reuse", True)) and supports_reuse(self.model)
-        self.prefix_scorer = PrefixScorer(self.model, self.tokenizer.pad_token_id, spec.batch_size) if self.prefix_reuse else None
+        # Each prompt computed in shapes that follow from it alone (a batch of one, no padding, its
+        # own prefix split): the same request gives the same bits whatever else shares its call.
+        # On by default on a CPU, where it costs ~1.3x for a 0.8B model and ~2x for the tiny ones
+        # (docs/engines.md); a GPU lives on batching.
+        self.batch_invariant = bool(spec.engine_options.get("batch_invariant", self.device.type == "cpu"))
+        self.prefix_scorer = (PrefixScorer(self.model, self.tokenizer.pad_token_id, spec.batch_size, row_alone=self.batch_invariant)
+                              if self.prefix_reuse else None)
         if spec.engine_options.get("prefix_reuse", True) and not self.prefix_reuse:
             log.info("%s: no image-prefix reuse for model type %s (each question runs its image again)",
                      spec.name, getattr(self.model.config, "model_type", "?"))
@@ -89,11 +99,14 @@ class HFEngine:
         out = np.empty((len(prompts), 2), dtype=np.float64)
         plain = list(range(len(prompts)))
         if self.prefix_reuse:
-            groups, plain = shared_image_groups(prompts)
-            text_groups = self._shared_caption_groups(prompts, [i for i in plain if prompts[i].image is None])
+            # batch-invariant: every image prompt goes through its image's prefix, even alone in
+            # its call; caption-only prompts, whose shared start depends on their neighbours, run whole
+            groups, plain = shared_image_groups(prompts, min_size=1 if self.batch_invariant else 2)
+            caption_only = [] if self.batch_invariant else [i for i in plain if prompts[i].image is None]
+            text_groups = self._shared_caption_groups(prompts, caption_only)
             plain = sorted(set(plain) - {i for g in text_groups for i in g})
             plain += self._score_shared(prompts, groups + text_groups, out)
-        for batch in self._batches([prompts[i] for i in plain]):
+        for batch in self._batches([prompts[i] for i in plain], invariant=self.batch_invariant):
             indices = [plain[b] for b in batch]
             inputs = self._encode([prompts[i] for i in indices])
             self.prompt_tokens += int(inputs["attention_mask"].sum())
@@ -146,17 +159,19 @@ class HFEngine:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
-    def _batches(self, prompts: Sequence[Prompt]) -> Iterator[list[int]]:
-        """Indices in batches of `batch_size`; caption-only and image prompts never share one.
+    def _batches(self, prompts: Sequence[Prompt], invariant: bool = False) -> Iterator[list[int]]:
+        """Indices in batches of `batch_size` (of one when `invariant`: no row padded to a
+        neighbour's length); caption-only and image prompts never share one.
 
         Within each kind, prompts are ordered by length so that a long prompt is padded
         against prompts of its own length, not the other way round.
         """
+        size = 1 if invariant else self.spec.batch_size
         for with_image in (False, True):
             group = [i for i, p in enumerate(prompts) if (p.image is not None) == with_image]
             group.sort(key=lambda i: (len(prompts[i].user) + len(prompts[i].system or ""), i))
-            for start in range(0, len(group), self.spec.batch_size):
-                yield group[start:start + self.spec.batch_size]
+            for start in range(0, len(group), size):
+                yield group[start:start + size]
 
     def _encode(self, prompts: Sequence[Prompt]):
         texts = [

@@ -15,6 +15,9 @@ rule takes an initial state). Suffixes are right-padded: a causal model's last r
 never sees the padding after it (left padding between prefix and suffix would decay the
 recurrent state). Positions continue from the prefix's multimodal rope offsets.
 
+Batch-invariant mode (`row_alone`, the hf engine's default on a CPU) keeps the reuse but cuts
+it per prompt: the prefix ends where the image does and every pass runs one row.
+
 Families checked to give the no-reuse answers (within 1e-6 in float32; tests/test_hf_prefix_reuse.py):
 Qwen3.5, Qwen3-VL, Qwen2-VL, Qwen2.5-VL. Other families take the plain path.
 """
@@ -48,8 +51,8 @@ def supports_reuse(model) -> bool:
     return getattr(model.config, "model_type", None) in REUSE_FAMILIES and getattr(model.config, "image_token_id", None) is not None
 
 
-def shared_image_groups(prompts: Sequence[Prompt]) -> tuple[list[list[int]], list[int]]:
-    """Indices of image prompts grouped by (image, system turn), groups of two or more; and the rest."""
+def shared_image_groups(prompts: Sequence[Prompt], min_size: int = 2) -> tuple[list[list[int]], list[int]]:
+    """Indices of image prompts grouped by (image, system turn), groups of `min_size` or more; and the rest."""
     groups: dict[tuple, list[int]] = {}
     rest: list[int] = []
     for i, p in enumerate(prompts):
@@ -57,8 +60,8 @@ def shared_image_groups(prompts: Sequence[Prompt]) -> tuple[list[list[int]], lis
             rest.append(i)
         else:
             groups.setdefault((p.image_id or id(p.image), p.system), []).append(i)
-    shared = [g for g in groups.values() if len(g) > 1]
-    rest += [g[0] for g in groups.values() if len(g) == 1]
+    shared = [g for g in groups.values() if len(g) >= min_size]
+    rest += [i for g in groups.values() if len(g) < min_size for i in g]
     return shared, sorted(rest)
 
 
@@ -178,10 +181,15 @@ class PrefixScorer:
     worded otherwise) extend a copy of the cache by that start; the last level runs each
     prompt's own suffix. Up to `batch_size` groups whose prefixes are equally long go together,
     and each level's passes batch their rows that are equally far in (on a CPU a forward pass
-    costs ~0.3 s for the weights it reads, whatever its rows)."""
+    costs ~0.3 s for the weights it reads, whatever its rows).
 
-    def __init__(self, model, pad_token_id: int, batch_size: int):
-        self.model, self.pad_token_id, self.batch_size = model, pad_token_id, batch_size
+    `row_alone`: every pass runs one row, and an image group's prefix ends where its image
+    does: where a prompt's computation splits and what shapes it runs in then follow from the
+    prompt alone, never from which other prompts share its call (batch-invariant answers)."""
+
+    def __init__(self, model, pad_token_id: int, batch_size: int, row_alone: bool = False):
+        self.model, self.pad_token_id, self.row_alone = model, pad_token_id, row_alone
+        self.batch_size = 1 if row_alone else batch_size
         self.image_token_id = model.config.image_token_id
         params = inspect.signature(model.forward).parameters
         self.cache_arg = "cache" if "cache" in params else "past_key_values"  # transformers >= 5.24 renamed it
@@ -215,10 +223,14 @@ class PrefixScorer:
         mask = inputs["attention_mask"].bool()
         rows = [inputs["input_ids"][r][mask[r]] for r in range(len(mask))]
         length = common_prefix_length(rows)
+        image_at = (rows[0] == self.image_token_id).nonzero()
+        if self.row_alone:  # the prefix is the prompt's own: through its image, nothing of its neighbours'
+            if not len(image_at) or int(image_at.max()) >= length:
+                return None
+            length = int(image_at.max()) + 1
         pad = mask.shape[1] - len(rows[0])  # the first row's left padding
         prefix = {k: inputs[k][:1, pad:pad + length] for k in TOKEN_ALIGNED if k in inputs}
         prefix["attention_mask"] = torch.ones_like(prefix["input_ids"])
-        image_at = (rows[0] == self.image_token_id).nonzero()
         if len(image_at):  # an image prompt: the image must lie inside the prefix
             if int(image_at.max()) >= length or "image_grid_thw" not in inputs:  # Qwen-VL layouts: all patches in one tensor
                 return None
@@ -231,7 +243,8 @@ class PrefixScorer:
         nodes) and every lone rest's suffix (its logits written to `out`)."""
         extensions, suffixes = [], []
         for node in nodes:
-            subgroups = shared_text_groups([r.tolist() for r in node.rests], MIN_EXTENSION_TOKENS) if len(node.rests) > 2 else []
+            extend = len(node.rests) > 2 and not self.row_alone  # how its rests split would depend on its neighbours
+            subgroups = shared_text_groups([r.tolist() for r in node.rests], MIN_EXTENSION_TOKENS) if extend else []
             for group in subgroups:
                 shared = common_prefix_length([node.rests[k] for k in group])
                 extensions.append((node, node.rests[group[0]][:shared], [node.rests[k][shared:] for k in group], [node.targets[k] for k in group]))

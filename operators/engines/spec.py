@@ -95,7 +95,7 @@ THROUGHPUT_OPTIONS = frozenset(
         "enforce_eager", "disable_log_stats", "swap_space", "cpu_offload_gb", "block_size",
         "pipeline_parallel_size", "disable_custom_all_reduce", "max_parallel_loading_workers",
         "compilation_config", "async_scheduling", "show_progress", "progress_bars", "use_tqdm",
-        "batch_size", "log_level", "prefix_reuse",
+        "batch_size", "log_level", "prefix_reuse", "batch_invariant",
     }
 )
 

@@ -11,8 +11,9 @@ from operators.answering import ANSWER_TEMPLATES
 from operators.engines.spec import BackboneSpec
 from operators.requests import KeySpec, plan_holistic, plan_questions, unique_requests
 from pipeline.config import ComputeSpec, PromptSet
-from pipeline.stages.engine_stage import StageReport, engine_pool, run_and_read
+from pipeline.stages.engine_stage import StageReport, run_and_read
 from pipeline.stages.engine_workers import AnswerWorker
+from pipeline.stages.placement import engine_pool
 from pipeline.store.parts import PartStore
 
 

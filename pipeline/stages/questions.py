@@ -18,8 +18,9 @@ from operators.engines.spec import BackboneSpec
 from operators.hashing import content_keys
 from operators.parsing import ParseError, parse_claims, parse_dsg, parse_questions, questions_rows
 from pipeline.config import ComputeSpec, PromptSet
-from pipeline.stages.engine_stage import StageReport, engine_pool, run_and_read
+from pipeline.stages.engine_stage import StageReport, run_and_read
 from pipeline.stages.engine_workers import GenerationWorker
+from pipeline.stages.placement import engine_pool
 from pipeline.store.parts import PartStore
 
 log = logging.getLogger(__name__)
