@@ -6,7 +6,8 @@
 
 `verify` reads every part and marker, checks every part's bytes against the content checksum in
 its name (parts written without one are counted as unchecked), checks each compacted part's key
-index against the part,
+index against the part, compares each finished marker's stored-key count with the keys the
+readable parts hold (a deleted part shows there),
 hashes every content-named file under images/ (image packs and single images, each named by the
 hash of its bytes), and prints keys, parts, bytes and bad files per folder; exit code 1 when
 something is bad (with repair=true bad parts are moved to `_quarantine/`, and the next run
@@ -124,13 +125,16 @@ def main(argv: list[str]) -> int:
         for bad in report.bad_indexes:
             fixed = " -> written again" if bad.get("rewritten") else ""
             print(f"  bad key index {bad['path']}: {bad['reason']}{fixed}")
+        for lost in report.lost_keys:
+            print(f"  marker {lost['marker']} says {lost['needed']} keys were stored, the readable parts hold {lost['found']}: "
+                  "parts were deleted or lost; the next run computes the missing keys" + (" -> marker removed" if lost.get("removed") else ""))
     if images.packs or images.images or images.bad or images.quarantined or images.temp_files:
         print(images.line())
         for bad in images.bad:
             moved = f" -> moved to {bad['moved_to']}" if bad.get("moved_to") else ""
             print(f"  bad image file {bad['path']}: {bad['reason']}{moved}")
     total = {k: sum(getattr(r, k) for r in reports) for k in ("keys", "parts", "bytes")}
-    n_bad = sum(len(r.bad_parts) + len(r.bad_markers) + len(r.bad_indexes) for r in reports) + len(images.bad)
+    n_bad = sum(len(r.bad_parts) + len(r.bad_markers) + len(r.bad_indexes) + len(r.lost_keys) for r in reports) + len(images.bad)
     print(f"total: {len(reports)} folders, {total['keys']} keys, {total['parts']} parts, {total['bytes']} bytes, {n_bad} bad")
     return 1 if n_bad else 0
 

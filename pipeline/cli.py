@@ -171,6 +171,7 @@ def guarded(main: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
     4: storage, 130: interrupted)."""
     from pipeline.config import ConfigError
     from pipeline.runtime import LocalPathOnCluster, Unplaceable
+    from pipeline.store.folder import FileError
     from pipeline.store.lease import LeaseHeld
     from pipeline.store.run_folder import RunNotFinished
 
@@ -183,7 +184,7 @@ def guarded(main: Callable[[list[str]], int]) -> Callable[[list[str]], int]:
         except ConfigError as exc:
             print(one_line(exc), file=sys.stderr)
             return EXIT_BAD_INPUT
-        except (InputError, RunNotFinished, LocalPathOnCluster, Unplaceable, FileNotFoundError, NotADirectoryError) as exc:
+        except (InputError, FileError, RunNotFinished, LocalPathOnCluster, Unplaceable, FileNotFoundError, NotADirectoryError) as exc:
             print(f"error: {one_line(exc)}", file=sys.stderr)
             return EXIT_BAD_INPUT
         except KeyboardInterrupt:

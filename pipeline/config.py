@@ -511,6 +511,14 @@ def refuse_non_writers(cfg: ResolvedConfig) -> None:
                                    "(Scorer(...)(..., questions=...)), or name a generator that writes them")
 
 
+def _unknown_metric(metric: str) -> str:
+    """Why a metric id is refused, with the ids that would be accepted."""
+    term, plus, partner = metric.partition("+")
+    if plus and partner == catalog.MERGE_PARTNER and catalog.BY_ID.get(term) is not None:
+        return f"{term} is not mergeable; mergeable: {', '.join(catalog.MERGE_TERMS)}"
+    return f"unknown metric {metric!r}; valid: {', '.join(catalog.all_ids())}"
+
+
 def validate(cfg: ResolvedConfig, require_benchmarks: bool = True) -> None:
     """Checks that need more than types: names, ranges, combinations."""
     s = cfg.sweep
@@ -525,10 +533,12 @@ def validate(cfg: ResolvedConfig, require_benchmarks: bool = True) -> None:
         raise ConfigError("probability", f"must be one of {PROBABILITIES}, got {s.probability!r}")
     for i, metric in enumerate(s.metrics):
         if not catalog.is_known(metric):
-            raise ConfigError(f"metrics[{i}]", f"unknown metric {metric!r} (operators/metrics/catalog.py lists them)")
+            raise ConfigError(f"metrics[{i}]", _unknown_metric(metric))
     for key, metric in [("target", s.target), *((f"baselines[{i}]", m) for i, m in enumerate(s.baselines))]:
         if metric not in s.metrics:
-            raise ConfigError(key, f"{metric!r} is not among the computed metrics")
+            setting = "target=..." if key == "target" else "baselines=[...]"
+            raise ConfigError(key, f"{metric!r} is not among the computed metrics (metrics: {', '.join(s.metrics)}); "
+                                   f"add it to metrics or set {setting}")
     q = s.questions
     if q.source not in ("model", "benchmark"):
         raise ConfigError("questions.source", f"must be 'model' or 'benchmark', got {q.source!r}")

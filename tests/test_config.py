@@ -270,3 +270,15 @@ def test_overrides_naming_nothing_in_the_run_are_reported(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="pipeline.config"):
         load_config([f"root={tmp_path}", "benchmark_overrides.demo.limit_groups=2"])
     assert caplog.records == []
+
+
+def test_a_metric_error_names_what_would_be_valid():
+    """A user who mistypes a metric, merges a term that is not mergeable, or drops a default
+    baseline from metrics learns the fix from the one line (a wheel user has no catalog.py)."""
+    with pytest.raises(ConfigError, match=r"unknown metric 'nope'; valid: depict, agree, .*soft_tifa_am\+vqascore"):
+        load_config(["metrics=[nope]"])
+    with pytest.raises(ConfigError, match=r"mean_commitment is not mergeable; mergeable: agree, "):
+        load_config(["metrics=[mean_commitment+vqascore]"])
+    with pytest.raises(ConfigError, match=r"^config error at 'baselines\[0\]': 'dsg' is not among the computed metrics "
+                                         r"\(metrics: depict, vqascore\); add it to metrics or set baselines=\[\.\.\.\]"):
+        load_config(["metrics=[depict,vqascore]"])

@@ -36,6 +36,7 @@ from operators.image_ingest import hash_images
 from operators.images import ImageError, read_image_bytes, unreachable
 from pipeline.cli import EXIT_INTERRUPTED, EXIT_STORAGE, guarded
 from pipeline.store import fs
+from pipeline.store.folder import Folder  # here: its first import binds fs.write_local_atomically, patched by some tests
 from pipeline.store.parts import PartStore
 
 REPO = Path(__file__).resolve().parent.parent
@@ -90,7 +91,6 @@ def test_a_store_write_that_fails_is_one_line_naming_the_part_and_the_cause(code
 def test_a_failed_write_of_a_local_file_names_the_file_not_its_temporary(tmp_path, monkeypatch, capsys):
     """Folder.write (extracted images, the demo's files): os.replace on a read-only file system
     names the temporary file; the line names the file being written."""
-    from pipeline.store.folder import Folder
 
     def read_only(src, dst):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), src, None, dst)
@@ -350,3 +350,14 @@ def test_a_curation_shard_url_says_why(urls):
     with pytest.raises(ShardError) as info:
         read_shard(url.replace(".png", ".parquet"), "parquet")
     assert str(info.value) == f"{url.replace('.png', '.parquet')}: input shard not found (HTTP 404)"
+
+
+def test_a_benchmark_release_file_that_is_missing_is_one_line_exit_2(tmp_path, capsys):
+    """A benchmark folder without its annotation file: the loader's FileError names the file;
+    the job prints that one line and exits 2 instead of a traceback."""
+    from pipeline.cli import EXIT_BAD_INPUT
+
+    folder = Folder(str(tmp_path))
+    assert guarded(lambda argv: folder.read_text(folder.join("human_annotations.json")))([]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {tmp_path / 'human_annotations.json'}: file not found"

@@ -251,3 +251,25 @@ def test_plcc_reaches_the_reference_least_squares_fit(shape, seed):
     assert result.value >= reference_value - 1e-9
     if abs(reference_value) >= abs(result.linear_pearson):
         assert abs(result.value) >= abs(result.linear_pearson)
+
+
+@pytest.mark.parametrize("function", [srcc, correlation.kendall, pearson, plcc])
+def test_a_metric_constant_up_to_float_rounding_is_constant(function):
+    """Per-item means of one value over different question counts differ in the last bits
+    (sum([0.82] * k) / k); ranking that noise would give an SRCC of 0.085 and scipy's
+    NearConstantInputWarning on stderr. It is a constant metric: NaN with the note."""
+    metric = [sum([0.82] * k) / k for k in range(1, 25)]
+    assert len(set(metric)) > 1  # the rounding noise the statistic must not rank
+    human = np.linspace(1.0, 5.0, 24)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", stats.NearConstantInputWarning)
+        warnings.simplefilter("ignore", DegenerateInputWarning)
+        result = function(metric, human)
+    assert np.isnan(result.value) and "metric is constant up to float rounding" in result.note
+
+
+def test_tiny_but_distinct_scores_are_not_constant():
+    """A geometric mean can be tiny for every item and still rank them: only spread within
+    rounding of the values' own size counts as constant."""
+    metric = np.array([1e-30, 3e-30, 2e-29, 5e-28, 1e-27])
+    assert srcc(metric, [1.0, 2.0, 3.0, 4.0, 5.0]).value == pytest.approx(1.0)

@@ -75,7 +75,7 @@ def test_a_full_disk_ends_the_stage_at_once_without_running_the_batch_again(ray_
     assert storage_error(raised.value).startswith(f"storage: cannot write {part}: no space left on device (ENOSPC); ")
     assert store.read().num_rows == 0
     deadline = time.time() + 30
-    # the pool's actor is gone (at least as many CPUs free as before: an earlier test's killed
+    # the pool's actor is gone (at least the CPUs free when the stage started: an earlier test's killed
     # actors may still have been giving theirs back when `cpus` was read)
     while ray_session.available_resources().get("CPU", 0) < cpus and time.time() < deadline:
         time.sleep(0.5)

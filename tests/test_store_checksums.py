@@ -237,3 +237,29 @@ def test_a_rerun_after_one_flipped_log_prob_byte_recomputes_that_part_and_gives_
     assert scores(second).equals(reference)
     assert victim.read_bytes() == good  # the same rows again: the same bytes under the same name
     assert bad_parts(tmp_path / "store") == []
+
+
+def test_verify_finds_keys_a_finished_marker_promises_that_no_part_holds(tmp_path):
+    """A deleted part leaves every other file intact; the folder's finished marker still says
+    how many keys its stage stored (a marker is written only when every key was stored), so
+    verify names the shortfall instead of reporting the folder ok."""
+    from pipeline.store.parts import MARKERS, Markers
+
+    folder = tmp_path / "answers" / "b"
+    store = PartStore(str(folder), schema.ANSWERS)
+    store.write(answers(100))
+    store.write(answers(50, start=100))
+    Markers(f"{folder}/{MARKERS}").mark("answers-abc", {"stage": "answers", "unit": "b", "needed": 150, "cached": 0, "sent": 150, "failed": 0})
+    (report,) = verify(str(tmp_path))
+    assert report.ok and report.keys == 150
+    small = min(folder.glob("part-*.parquet"), key=lambda p: p.stat().st_size)
+    small.unlink()
+    (report,) = verify(str(tmp_path))
+    assert not report.ok and report.keys == 100
+    (lost,) = report.lost_keys
+    assert lost["marker"].endswith("answers-abc.json") and lost["needed"] == 150 and lost["found"] == 100
+    assert "1 finished markers promise keys no part holds" in report.line()
+    (report,) = verify(str(tmp_path), repair=True)
+    assert report.lost_keys[0]["removed"] and not (folder / MARKERS / "answers-abc.json").exists()
+    (report,) = verify(str(tmp_path))
+    assert report.ok and report.keys == 100

@@ -39,7 +39,7 @@ class Metric:
 
 METRICS: tuple[Metric, ...] = (
     Metric("depict", "merge", "depict", YES_NO, False, "DEPICT",
-           "0.5 * VQAScore + 0.5 * Agree: the method's score", merge_of="agree+vqascore"),
+           "lam * VQAScore + (1 - lam) * Agree, lam 0.5 unless the sweep sets lam: the method's score", merge_of="agree+vqascore"),
     Metric("agree", "depict", "depict", YES_NO, True, "Agree",
            "commitment-weighted agreement of image and caption-only answers"),
     Metric("agree_unweighted", "depict", "depict", YES_NO, True, "Agree (unweighted)",

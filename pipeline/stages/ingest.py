@@ -33,6 +33,22 @@ def load_benchmark(spec: BenchmarkSpec):
         raise ConfigError(f"benchmark {spec.name}.options", str(exc)) from exc
 
 
+# Item columns a loader must fill for every item: the key, the image to score and the bootstrap
+# resampling unit (a null caption is an input problem, reported by `drop_bad_captions`).
+REQUIRED_ITEM_COLUMNS = ("item_id", "image_uri", "group_id")
+
+
+def check_required(items: pl.DataFrame, spec: BenchmarkSpec) -> None:
+    """Refuse a loader's items that leave a required column null, naming one such item."""
+    for column in REQUIRED_ITEM_COLUMNS:
+        empty = items.filter(pl.col(column).is_null())
+        if empty.height:
+            raise ValueError(
+                f"benchmark {spec.name} (loader {spec.loader}): {empty.height} of {items.height} items have no "
+                f"{column} (first: {empty.item(0, 'item_id')!r}); a loader fills it for every item (docs/DESIGN.md, items)"
+            )
+
+
 def limit_groups(items: pl.DataFrame, n: int | None) -> pl.DataFrame:
     """Keep the first `n` bootstrap groups (in file order): small runs keep whole groups."""
     if n is None:
@@ -51,6 +67,7 @@ def load_items(benchmarks: dict[str, BenchmarkSpec]) -> tuple[pl.DataFrame, pl.D
     for name, spec in benchmarks.items():
         result = load_benchmark(spec)
         items = pl.from_arrow(schema.conform(result.items, schema.ITEMS, what=f"benchmark {name} items"))
+        check_required(items, spec)
         # The run's benchmark name (a config file may load the same loader twice, e.g. demo parts).
         items = items.with_columns(
             benchmark=pl.lit(name),

@@ -73,11 +73,19 @@ def check_pair(x, y, *, x_name: str = "metric", y_name: str = "human") -> tuple[
     return x, y
 
 
+# Spread, relative to the values' size, that float rounding alone produces: the same score
+# averaged over different question counts differs in its last bits, and ranking those bits
+# would report noise as a correlation.
+ROUNDING_SPREAD = 1e-12
+
+
 def constant_note(x: np.ndarray, y: np.ndarray, *, x_name: str = "metric", y_name: str = "human") -> str | None:
-    """Why a correlation is undefined (a constant input), or None."""
+    """Why a correlation is undefined (an input constant, or constant up to float rounding), or None."""
     for name, array in ((x_name, x), (y_name, y)):
         if np.all(array == array[0]):
             return f"{name} is constant ({array[0]:g} for all {array.size} items)"
+        if np.ptp(array) <= ROUNDING_SPREAD * np.max(np.abs(array)):
+            return f"{name} is constant up to float rounding ({array[0]:g} for all {array.size} items)"
     return None
 
 

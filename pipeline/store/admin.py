@@ -69,13 +69,18 @@ class FolderReport:
     indexes: int = 0  # compacted parts whose key index agrees with them
     unindexed: int = 0  # compacted parts without an index (read whole until `compact` indexes them)
     bad_indexes: list[dict] = field(default_factory=list)  # {path, reason[, rewritten]}
+    # Finished markers whose stage stored more keys than the folder's readable parts hold
+    # (a part deleted or lost): {marker, needed, found}. The next run computes the missing keys.
+    lost_keys: list[dict] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return not self.bad_parts and not self.bad_markers and not self.bad_indexes
+        return not self.bad_parts and not self.bad_markers and not self.bad_indexes and not self.lost_keys
 
     def line(self) -> str:
         state = "ok" if self.ok else f"{len(self.bad_parts)} BAD parts, {len(self.bad_markers)} bad markers, {len(self.bad_indexes)} bad key indexes"
+        if self.lost_keys:
+            state += f", {len(self.lost_keys)} finished markers promise keys no part holds"
         extra = f", unchecked: {self.unchecked} parts written without a checksum" if self.unchecked else ""
         extra += f", {self.indexes} key indexes" if self.indexes else ""
         extra += f", {self.unindexed} compacted parts without a key index" if self.unindexed else ""
@@ -170,15 +175,32 @@ def verify(root: str, *, repair: bool = False) -> list[FolderReport]:
         for path, _info in roles.get(MARKERS, []):
             report.markers += 1
             try:
-                json.loads(store.fs.cat_file(path))
+                marker = json.loads(store.fs.cat_file(path))
             except (ValueError, UnicodeDecodeError) as exc:
                 report.bad_markers.append({"path": _url(root, root_path, path), "reason": f"{type(exc).__name__}: {exc}"[:300]})
                 if repair:
+                    store.fs.rm(path)
+                continue
+            stored = _promised_keys(marker)
+            if stored is not None and stored > report.keys:
+                report.lost_keys.append({"marker": _url(root, root_path, path), "needed": stored, "found": report.keys, "removed": repair})
+                if repair:  # the stage's next run would remove it too, before computing the missing keys
                     store.fs.rm(path)
         report.temp_files = [_url(root, root_path, p) for p, _ in roles.get("tmp", [])]
         report.quarantined = [_url(root, root_path, p) for p, _ in roles.get(QUARANTINE, [])]
         reports.append(report)
     return reports
+
+
+def _promised_keys(marker: object) -> int | None:
+    """How many keys a finished marker's stage stored (a stage marks itself finished only
+    when it failed on none), or None for a marker that does not say."""
+    if not isinstance(marker, dict):
+        return None
+    needed, failed = marker.get("needed"), marker.get("failed", 0)
+    if not isinstance(needed, int) or not isinstance(failed, int):
+        return None
+    return needed - failed
 
 
 @dataclass
