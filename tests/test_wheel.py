@@ -136,6 +136,7 @@ from pipeline import Scorer
 scorer = Scorer("smoke", metrics=["depict", "vqascore"])
 scores = scorer(images=["bus.jpg", "cats.png"], texts=["a red bus", "two cats on a sofa"])
 
+print(scores.columns)
 print(scores)
 assert scores.height == 2 and scores["error"].is_null().all(), scores
 assert scores["vqascore"].is_not_null().all(), scores  # depict: random weights write no usable questions
