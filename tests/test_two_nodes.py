@@ -159,7 +159,7 @@ def test_a_sweep_that_loses_its_engine_node_resumes_on_a_new_one(cluster, ray_se
         resume_log = tmp_path / "resumed.log"
         finished(cluster.driver("sweep", [f"root=s3://{BUCKET}/sweep", *SWEEP, *ON_THE_CLUSTER], resume_log), resume_log)
         # both runs', dead actors included; an actor the pool killed before Ray placed it has no node
-        engine_nodes = {a.node_id for a in engine_actors(cluster.head) if a.node_id}
+        engine_nodes = {a.node_id for a in engine_actors(cluster.head)}
         alive = cluster.head.alive_nodes()
     head_id = next(n.node_id for n in alive if n.is_head_node)
     new_id = next(n.node_id for n in alive if not n.is_head_node)
@@ -197,8 +197,10 @@ def test_a_sweep_that_loses_its_engine_node_resumes_on_a_new_one(cluster, ray_se
 
 
 def engine_actors(head: RayHead) -> list:
-    """The cluster's engine actors, dead or alive (their class names are the answer writers')."""
-    return [a for a in head.state("actors", detail=True) if "PartWriter" in a.class_name or a.class_name == "_Host"]
+    """The engine actors Ray placed on a node, dead or alive (their class names are the answer
+    writers'). One the pool killed while it still waited for a node has no node id: it ran nothing."""
+    actors = head.state("actors", detail=True)
+    return [a for a in actors if ("PartWriter" in a.class_name or a.class_name == "_Host") and a.node_id]
 
 
 def test_a_nightly_curation_runs_across_both_nodes(cluster, tmp_path):
