@@ -102,7 +102,7 @@ WRITTEN_AS = {fact_type_weights: "list of fact_type:weight", requests_per_step: 
               share: "number between 0 and 1"}
 ALLOWED = {"train": {"out": str, "seconds": float, "seed": int, "threads": int, "lr": float, "init": str,
                      "warmup_seconds": float, "position_weight": float, "type_weights": fact_type_weights,
-                     "per_step": requests_per_step, "hybrid_share": share, "negbench_share": share,
+                     "per_step": requests_per_step, "hybrid_share": share, "negbench_share": share, "open_share": share,
                      "checkpoint_minutes": float},
            "evaluate": {"backbone": str, "n_per_type": int, "seed": int, "out": str}}
 

@@ -220,6 +220,11 @@ class No:
 Clause = Thing | Relation | No
 
 
+# The demo's simulated raters (`Caption.rater_ratings`): how many rate each pair, and how often
+# one misjudges a fact of each kind (relations and counts are the easiest to get wrong).
+RATERS = 5
+RATER_ERROR = {"present": 0.05, "colour": 0.08, "absent": 0.08, "count": 0.12, "spatial": 0.15}
+
 # NegBench's caption templates (`Caption.template`): nothing negated, only negations, both.
 CAPTION_TEMPLATES = ("affirmative", "negation", "hybrid")
 
@@ -249,15 +254,90 @@ class Caption:
         facts = self.facts
         return sum(f.holds(scene_) for f in facts) / len(facts)
 
-    def synthetic_rating(self, scene_: Scene) -> float:
-        """The demo's stand-in for a human rating: 1 + 4 * share of true facts (1..5)."""
-        return 1.0 + 4.0 * self.share_true(scene_)
+    def rater_ratings(self, scene_: Scene) -> list[int]:
+        """What each of the demo's simulated raters says of this caption on this scene (1-5).
 
-    def question_rows(self) -> list[dict]:
-        """The caption's questions in all three sets, as QUESTIONS rows (source: benchmark)."""
+        The raters' model was fixed before any metric was measured and is never tuned to one
+        (docs/method.md, "Meta-evaluation"): each of RATERS people judges every stated fact and
+        gets it wrong with probability RATER_ERROR[its kind]; their rating is 1 + 4 x the share
+        of facts they judged true, rounded to a whole number. Seeded by the caption and the
+        scene, so the same pair gets the same ratings on every machine."""
         facts = self.facts
+        key = ";".join(sorted(f"{o.colour} {o.shape} {o.row} {o.col}" for o in scene_))
+        rng = random.Random(f"raters/{self.text}/{key}")
+        ratings = []
+        for _ in range(RATERS):
+            judged = [f.holds(scene_) != (rng.random() < RATER_ERROR[f.kind]) for f in facts]
+            ratings.append(int(math.floor(1.0 + 4.0 * sum(judged) / len(judged) + 0.5)))
+        return ratings
+
+    def rating(self, scene_: Scene) -> float:
+        """The demo's rating of this caption on this scene: the mean of its raters' (1..5, in
+        steps of 1 / RATERS, so items tie as real benchmarks' do)."""
+        ratings = self.rater_ratings(scene_)
+        return sum(ratings) / len(ratings)
+
+    def implies(self, fact: Fact) -> bool | None:
+        """The answer the caption alone gives to a fact's depict question: Yes for a stated
+        thing, No for a denied one, None when the caption leaves it open."""
+        if fact in self.facts:
+            return caption_truth(fact)
+        return None
+
+    def open_facts(self) -> list[Fact]:
+        """Facts the caption leaves open that a question writer would ask about (docs/method.md,
+        "Questions"): the colour of a single uncoloured thing, whether a single thing is really
+        two, and the relation between two stated things that no clause relates. Each is true or
+        false on an image, and undecided from the caption alone."""
+        nouns: list[tuple[str, str | None]] = []
+        related: set[frozenset] = set()
+        for clause in self.clauses:
+            if isinstance(clause, Thing) and clause.count == 1:
+                nouns.append((clause.shape, clause.colour))
+            elif isinstance(clause, Relation):
+                pair = [(clause.subject.shape, clause.subject.colour), (clause.object.shape, clause.object.colour)]
+                nouns += pair
+                related.add(frozenset(pair))
+        nouns = list(dict.fromkeys(nouns))
+        out: list[Fact] = []
+        for shape, colour in nouns:
+            if colour is None and sum(s == shape for s, _ in nouns) == 1:
+                out += [Fact("colour", shape, c) for c in COLOURS]
+            if sum(s == shape for s, _ in nouns) == 1:
+                out.append(Fact("count", shape, colour, count=2))
+        for a in nouns:
+            for b in nouns:
+                if a[0] != b[0] and frozenset((a, b)) not in related:
+                    out += [Fact("spatial", a[0], a[1], relation=r, other=b) for r in RELATIONS]
+        stated = set(self.facts)
+        denied = {(f.shape, f.colour) for f in stated if f.kind == "absent"}
+        return [f for f in dict.fromkeys(out) if f not in stated and (f.shape, f.colour) not in denied
+                and (f.shape, None) not in denied]
+
+    def open_questions(self, share: float) -> list[Fact]:
+        """The open facts a question set of this caption asks about when `share` of its
+        questions are open: share / (1 - share) * stated facts of them, rounded up or down at
+        random (fewer when the caption leaves fewer open), drawn by a generator seeded with the
+        caption text (the same on every machine)."""
+        if not 0.0 <= share <= 0.5:
+            raise ValueError(f"open question share must be between 0 and 0.5, got {share}")
+        rng = random.Random("open-questions/" + self.text)
+        expected = share / (1.0 - share) * len(self.facts)
+        wanted = int(expected) + (rng.random() < expected - int(expected))  # rounded at random: the share holds on average
+        candidates = self.open_facts()
+        return rng.sample(candidates, min(wanted, len(candidates)))
+
+    def question_rows(self, open_share: float = 0.0) -> list[dict]:
+        """The caption's questions in all three sets, as QUESTIONS rows (source: benchmark): one
+        per stated fact, then the open ones `open_questions(open_share)` adds."""
+        facts = self.facts + self.open_questions(open_share)
         number = {fact: str(i) for i, fact in enumerate(facts, start=1)}
-        dsg = [DsgQuestion(number[f], f.dsg_question(), tuple(number[p] for p in f.parents)) for f in facts]
+        by_thing = {(f.shape, f.colour): number[f] for f in self.facts if f.kind in ("present", "colour")}
+
+        def parent_ids(fact: Fact) -> tuple[str, ...]:  # an open fact's parents, by thing (a stated single thing is not plural)
+            return tuple(number.get(p) or by_thing[p.shape, p.colour] for p in fact.parents)
+
+        dsg = [DsgQuestion(number[f], f.dsg_question(), parent_ids(f)) for f in facts]
         sets = {"depict": [f.depict_question() for f in facts], "dsg": dsg, "claims": [f.claim() for f in facts]}
         return [row for qset, parsed in sets.items() for row in questions_rows(qset, parsed, caption=self.text, source="benchmark")]
 
@@ -470,26 +550,42 @@ REQUEST_KINDS = ("image", "caption", "holistic")
 # Seed spaces: a draw's generator is seeded with (split tag, seed), so the splits never share a
 # stream; `WorldSampler` also refuses every fixed benchmark scene and caption text outright.
 SPLITS = {"train": 1, "heldout": 2, "bench": 3}
-# The drawn benchmark's space: one scene (and one caption text) in RESERVED_SHARE, chosen by a
-# hash of its content. The "bench" split draws only from it, every other split never does, so a
-# model trained on draws never saw a drawn benchmark item, however many draws it took.
-RESERVED_SHARE = 8
+# The splits also differ in content: a hash of a scene's objects, and of a caption's words as a
+# multiset, puts each in one of CONTENT_SLOTS slots. The drawn benchmark ("bench") draws only from
+# slot 0, held-out measurement ("heldout") only from slot 1, training from the rest: a model
+# trained on draws never saw a held-out or benchmark scene or caption, however many it drew.
+CONTENT_SLOTS = 8
+SLOT_OF_SPLIT = {"bench": 0, "heldout": 1}
 
 
-def _reserved(text: str) -> bool:
+def content_slot(text: str) -> int:
     digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % RESERVED_SHARE == 0
+    return int.from_bytes(digest, "big") % CONTENT_SLOTS
+
+
+def scene_slot(scene_: Scene) -> int:
+    """A scene's content slot (order-free: a scene is a set of objects)."""
+    return content_slot(";".join(sorted(f"{o.colour} {o.shape} {o.row} {o.col}" for o in scene_)))
+
+
+def caption_slot(text: str) -> int:
+    """A caption text's content slot, by its words as a multiset: the two captions of a
+    swapped-word pair share one."""
+    return content_slot("caption:" + " ".join(sorted(text.split())))
+
+
+def split_of_slot(slot: int) -> str:
+    return {v: k for k, v in SLOT_OF_SPLIT.items()}.get(slot, "train")
 
 
 def reserved_scene(scene_: Scene) -> bool:
-    """Whether a scene lies in the drawn benchmark's space (order-free: a scene is a set)."""
-    return _reserved(";".join(sorted(f"{o.colour} {o.shape} {o.row} {o.col}" for o in scene_)))
+    """Whether a scene lies in the drawn benchmark's space."""
+    return scene_slot(scene_) == SLOT_OF_SPLIT["bench"]
 
 
 def reserved_caption(text: str) -> bool:
-    """Whether a caption text lies in the drawn benchmark's space. Decided by its words as a
-    multiset, so the two captions of a swapped-word pair are reserved together."""
-    return _reserved("caption:" + " ".join(sorted(text.split())))
+    """Whether a caption text lies in the drawn benchmark's space."""
+    return caption_slot(text) == SLOT_OF_SPLIT["bench"]
 
 
 @dataclass(frozen=True)
@@ -506,7 +602,7 @@ class WorldRequest:
     scene: Scene | None
     caption: str | None
     question: str | None
-    answer: bool
+    answer: bool | None  # None: a caption-only question the caption leaves open (`open_request`)
     fact_type: str
     form: str = ""
     facts: tuple[Fact, ...] = ()  # the asked fact (image, caption), or the caption's facts (holistic)
@@ -590,9 +686,9 @@ class WorldSampler:
 
     `split` picks a seed space ("train", "heldout" or "bench"): the same (split, seed) always
     gives the same draws, and no two splits share a generator. No draw is ever a fixed benchmark
-    scene or caption text, and only the "bench" split draws from the reserved space
-    (`reserved_scene`, `reserved_caption`; checked on every draw, not assumed), so a model
-    trained on draws is measured on the benchmark's items, fixed and drawn, as on unseen data.
+    scene or caption text, and each split draws only scenes and captions of its own content
+    slots (`scene_slot`, `caption_slot`; checked on every draw, not assumed), so a model trained
+    on draws is measured on held-out draws and on the benchmark's items as on unseen content.
     """
 
     def __init__(self, seed: int = 0, split: str = "train"):
@@ -604,10 +700,10 @@ class WorldSampler:
         self._captions = benchmark_captions()
 
     def allowed_scene(self, scene_: Scene) -> bool:
-        return frozenset(scene_) not in self._scenes and reserved_scene(scene_) == (self.split == "bench")
+        return frozenset(scene_) not in self._scenes and split_of_slot(scene_slot(scene_)) == self.split
 
     def allowed_caption(self, text: str) -> bool:
-        return text not in self._captions and reserved_caption(text) == (self.split == "bench")
+        return text not in self._captions and split_of_slot(caption_slot(text)) == self.split
 
     # ------------------------------------------------------------------ scenes
 
@@ -763,6 +859,17 @@ class WorldSampler:
         return first, second
 
     # ------------------------------------------------------------------ requests
+
+    def open_request(self) -> WorldRequest:
+        """A caption-only request the caption leaves open (`Caption.open_facts`): its answer is
+        None, and a model should put its answer near 0.5."""
+        kind = self.rng.choice(("colour", "count", "spatial"))  # each kind of open question as often
+        while True:
+            cap = self.caption(self.scene())
+            candidates = [f for f in cap.open_facts() if f.kind == kind]
+            if candidates:
+                fact = self.rng.choice(candidates)
+                return WorldRequest("caption", None, cap.text, fact.depict_question(), None, FACT_TYPES[fact.kind], "depict", (fact,))
 
     def request(self, kind: str, fact_type: str | None = None, answer: bool | None = None,
                 template: str | None = None, negbench_form: bool = False) -> WorldRequest:

@@ -33,6 +33,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -272,7 +273,8 @@ class Encoder:
         scenes = [r.scene for r in requests if r.kind != "caption"]
         if scenes:
             out["pixel_values"], out["image_grid_thw"] = self.pixels.pixel_values(scenes)
-        targets = torch.tensor([self.yes if r.answer else self.no for r in requests])
+        # the probability of Yes each answer should put: 1, 0, or 0.5 where the caption leaves it open
+        targets = torch.tensor([0.5 if r.answer is None else float(r.answer) for r in requests])
         cells = torch.tensor([self.pixels.cells(s) for s in scenes]).reshape(-1) if scenes else None
         focus = torch.tensor([focus_cells(r) for r in requests], dtype=torch.float32) if scenes else None
         ground_at, ground = [], []  # each shape word of an image request: the cells holding that (coloured) shape
@@ -327,6 +329,7 @@ def _accuracy(model, encoder: Encoder, requests: Sequence[demo_world.WorldReques
     import torch
 
     by_kind: dict[str, list[bool]] = {}
+    gaps: list[float] = []
     with torch.inference_mode():
         for kind in demo_world.REQUEST_KINDS:
             group = [r for r in requests if r.kind == kind]
@@ -334,13 +337,26 @@ def _accuracy(model, encoder: Encoder, requests: Sequence[demo_world.WorldReques
                 part = group[start:start + batch_size]
                 b = encoder.batch(part)
                 logits = model(**b["inputs"], logits_to_keep=1).logits[:, -1, :]
-                said_yes = logits[:, encoder.yes] > logits[:, encoder.no]
-                right = (said_yes == (b["targets"] == encoder.yes)).tolist()
-                by_kind.setdefault(kind, []).extend(right)
-                if kind == "image":
-                    for r, ok in zip(part, right):
+                p_yes = torch.softmax(logits[:, [encoder.yes, encoder.no]].float(), dim=-1)[:, 0]
+                for r, p, target in zip(part, p_yes.tolist(), b["targets"].tolist()):
+                    if r.answer is None:
+                        gaps.append(abs(p - 0.5))
+                        continue
+                    ok = (p > 0.5) == (target > 0.5)
+                    by_kind.setdefault(kind, []).append(ok)
+                    if kind == "image":
                         by_kind.setdefault(r.fact_type[:4], []).append(ok)
-    return {k: round(sum(v) / len(v), 3) for k, v in by_kind.items()}
+    out = {k: round(sum(v) / len(v), 3) for k, v in by_kind.items()}
+    if gaps:  # open caption-only questions: how far from undecided the answers sit (median |p - 0.5|)
+        out["open_gap"] = round(statistics.median(gaps), 3)
+    return out
+
+
+def answer_loss(logits, yes: int, no: int, target_yes):
+    """Cross-entropy of the answer position against the wanted Yes/No mass: all on one word for
+    a decided question, half on each for one the caption leaves open."""
+    log_p = logits.float().log_softmax(dim=-1)
+    return -(target_yes * log_p[:, yes] + (1.0 - target_yes) * log_p[:, no]).mean()
 
 
 # ---------------------------------------------------------------------------- arguments and saving
@@ -357,6 +373,7 @@ def check_train_options(
     per_step: Mapping[str, int] | None = None,
     hybrid_share: float = 0.0,
     negbench_share: float = 0.0,
+    open_share: float = 0.0,
     warmup_seconds: float | None = None,
     init: str | Path | None = None,
     checkpoint_minutes: float = 10.0,
@@ -381,7 +398,7 @@ def check_train_options(
         not_negative("warmup_seconds", warmup_seconds)
     if not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be a whole number of 1 or more, got {threads}")
-    for name, share in (("hybrid_share", hybrid_share), ("negbench_share", negbench_share)):
+    for name, share in (("hybrid_share", hybrid_share), ("negbench_share", negbench_share), ("open_share", open_share)):
         if not (math.isfinite(share) and 0.0 <= share <= 1.0):
             raise ValueError(f"{name} is a share of requests, between 0 and 1; got {share}")
     for fact_type, weight in (type_weights or {}).items():
@@ -469,6 +486,7 @@ def train(
     per_step: Mapping[str, int] | None = None,
     hybrid_share: float = 0.0,
     negbench_share: float = 0.0,
+    open_share: float = 0.0,
     warmup_seconds: float | None = None,
     log: Callable[[str], None] = print,
     init: str | Path | None = None,
@@ -485,7 +503,8 @@ def train(
     row and column (what spatial questions compare); `type_weights` draws the fact types image
     questions ask about unevenly (default: evenly); `hybrid_share` of caption-only requests come
     from hybrid captions (a thing stated beside a thing denied: "a star and no circle"), and
-    `negbench_share` of those in the multiple-choice part's short form (one thing, one denial).
+    `negbench_share` of those in the multiple-choice part's short form (one thing, one denial); `open_share` of them ask what the caption leaves open
+    (`WorldSampler.open_request`), trained towards half the mass on Yes and half on No.
 
     Every argument is checked and `out` written to before any work (`check_train_options`,
     `check_writable`). Every `checkpoint_minutes` the model goes to out/checkpoint (float32, with
@@ -496,7 +515,7 @@ def train(
     """
     check_train_options(seconds=seconds, threads=threads, lr=lr, position_weight=position_weight, type_weights=type_weights,
                         per_step=per_step, hybrid_share=hybrid_share, negbench_share=negbench_share,
-                        warmup_seconds=warmup_seconds, init=init, checkpoint_minutes=checkpoint_minutes)
+                        open_share=open_share, warmup_seconds=warmup_seconds, init=init, checkpoint_minutes=checkpoint_minutes)
     check_writable(out)
     import torch
     import torch.nn.functional as F
@@ -542,6 +561,8 @@ def train(
     def draw(kind: str) -> demo_world.WorldRequest:
         if kind == "image" and type_weights:
             return sampler.request(kind, sampler.rng.choices(types, weights)[0])
+        if kind == "caption" and open_share and sampler.rng.random() < open_share:
+            return sampler.open_request()
         if kind == "caption" and hybrid_share and sampler.rng.random() < hybrid_share:
             short = bool(negbench_share) and sampler.rng.random() < negbench_share
             return sampler.request(kind, template="hybrid", negbench_form=short)
@@ -558,6 +579,7 @@ def train(
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.01, betas=(0.9, 0.98))
     held = demo_world.WorldSampler(seed, "heldout")
     val = [held.request(kind) for kind in demo_world.REQUEST_KINDS for _ in range(200)]
+    val += [held.open_request() for _ in range(200)] if open_share else []
     colour_of = torch.tensor([0] + [1 + list(demo_world.COLOURS).index(c) for _, c in pixels.things])
     shape_of = torch.tensor([0] + [1 + list(demo_world.SHAPES).index(s) for s, _ in pixels.things])
     history: list[dict] = []
@@ -567,7 +589,7 @@ def train(
     next_checkpoint = checkpoint_minutes * 60
     options = {"seed": seed, "threads": threads, "lr": lr, "position_weight": position_weight, "type_weights": type_weights,
                "per_step": per_step, "hybrid_share": hybrid_share, "negbench_share": negbench_share,
-               "warmup_seconds": warmup_seconds, "init": init, "seconds": seconds}
+               "open_share": open_share, "warmup_seconds": warmup_seconds, "init": init, "seconds": seconds}
     while (elapsed := time.monotonic() - start) < seconds:
         warm = elapsed < warmup_seconds
         progress = elapsed / seconds
@@ -582,7 +604,7 @@ def train(
             requests = [draw(kind) for _ in range(n)]
             b = (short if warm else encoder).batch(requests)
             logits = model(**b["inputs"], logits_to_keep=1).logits[:, -1, :]
-            loss = F.cross_entropy(logits.float(), b["targets"]) * n / size
+            loss = answer_loss(logits, encoder.yes, encoder.no, b["targets"]) * n / size
             loss_total += float(loss.detach())
             if b["cells"] is not None and aux_weight:
                 merged = captured.pop("merged")

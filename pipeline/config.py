@@ -112,6 +112,9 @@ class QuestionsSpec:
     # Question sets to obtain; the sets the requested metrics need are always added.
     sets: list[str] = field(default_factory=lambda: ["depict", "dsg"])
     max_questions: int = 32
+    # Share (0 to 0.5) of the questions a question set asks that its caption leaves open, in the
+    # benchmarks whose world knows such questions (the demo: ${open_share} in its configs).
+    open_share: float = 0.0
 
 
 @dataclass
@@ -457,8 +460,9 @@ def load_config(
         layers = [raw]
         if name in sweep.benchmark_overrides:
             layers.append(OmegaConf.create(sweep.benchmark_overrides[name]))
-        # Benchmark files may interpolate ${data_root} and ${root}.
-        holder = OmegaConf.create({"data_root": sweep.data_root, "root": sweep.root, "bench": OmegaConf.merge(*layers)})
+        # Benchmark files may interpolate ${data_root}, ${root} and ${open_share} (questions.open_share).
+        holder = OmegaConf.create({"data_root": sweep.data_root, "root": sweep.root, "open_share": sweep.questions.open_share,
+                                   "bench": OmegaConf.merge(*layers)})
         try:
             resolved = OmegaConf.to_container(holder, resolve=True)["bench"]
         except OmegaConfBaseException as exc:
@@ -630,6 +634,7 @@ def validate_ranges(cfg: ResolvedConfig) -> None:
     if not s.run_name or "/" in s.run_name or s.run_name in (".", "..") or not s.run_name.strip():
         raise ConfigError("run_name", f"must be a plain folder name (no '/'), got {s.run_name!r}")
     _at_least("questions.max_questions", s.questions.max_questions, 1)
+    _within("questions.open_share", s.questions.open_share, 0, 0.5)
     _at_least("bootstrap.n_resamples", s.bootstrap.n_resamples, MIN_RESAMPLES)
     _at_least("bootstrap.seed", s.bootstrap.seed, 0)
     _at_least("window_items", s.window_items, 1, optional=True)

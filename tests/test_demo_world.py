@@ -119,21 +119,92 @@ def test_sampled_scenes_render_with_the_benchmarks_rasteriser():
 # ------------------------------------------------------------------ the large demo's drawn items
 
 
-def test_training_and_heldout_draws_never_enter_the_reserved_space_and_bench_draws_never_leave_it():
-    for split in ("train", "heldout"):
-        for r in _draws(0, split, 300):
-            assert r.scene is None or not demo_world.reserved_scene(r.scene)
-            assert r.caption is None or not demo_world.reserved_caption(r.caption)
+def test_each_split_draws_only_its_own_content_slots():
+    for split in ("train", "heldout", "bench"):
+        sampler = demo_world.WorldSampler(0, split)
+        for r in _draws(0, split, 100) + [sampler.open_request() for _ in range(50)]:
+            assert r.scene is None or demo_world.split_of_slot(demo_world.scene_slot(r.scene)) == split
+            assert r.caption is None or demo_world.split_of_slot(demo_world.caption_slot(r.caption)) == split
     bench = demo_world.WorldSampler(0, "bench")
     scenes = [bench.scene() for _ in range(200)]
     assert all(demo_world.reserved_scene(s) for s in scenes)
     assert all(demo_world.reserved_caption(bench.caption(s).text) for s in scenes[:50])
     # the rule is a content hash: order-free for scenes, word-order-free for captions (swapped pairs go together)
     a, b = demo_world.scene("red circle top left", "blue square bottom right"), demo_world.scene("blue square bottom right", "red circle top left")
-    assert demo_world.reserved_scene(a) == demo_world.reserved_scene(b)
-    assert demo_world.reserved_caption("a red circle above a blue square") == demo_world.reserved_caption("a blue square above a red circle")
+    assert demo_world.scene_slot(a) == demo_world.scene_slot(b)
+    assert demo_world.caption_slot("a red circle above a blue square") == demo_world.caption_slot("a blue square above a red circle")
     everything = [demo_world.scene(f"{c} {s} top left") for c in demo_world.COLOURS for s in demo_world.SHAPES]
-    assert 0 < sum(map(demo_world.reserved_scene, everything)) < len(everything)  # a share, not all or none
+    slots = collections.Counter(demo_world.split_of_slot(demo_world.scene_slot(s)) for s in everything)
+    assert slots["train"] > slots["heldout"] > 0 and slots["bench"] > 0  # a share each, not all or none
+
+
+def request_key(r: demo_world.WorldRequest) -> tuple:
+    return r.kind, None if r.scene is None else frozenset(r.scene), r.caption, r.question
+
+
+def test_no_heldout_request_repeats_a_training_request_verbatim():
+    train = demo_world.WorldSampler(0, "train")
+    seen = {request_key(train.request(kind)) for _ in range(3000) for kind in demo_world.REQUEST_KINDS}
+    seen |= {request_key(train.open_request()) for _ in range(3000)}
+    held = demo_world.WorldSampler(0, "heldout")
+    heldout = [held.request(kind) for _ in range(300) for kind in demo_world.REQUEST_KINDS] + [held.open_request() for _ in range(300)]
+    assert len(seen) > 8000
+    assert sum(request_key(r) in seen for r in heldout) == 0
+    # the same check between two training streams finds repeats: the check can see one
+    other = demo_world.WorldSampler(1, "train")
+    assert sum(request_key(other.request("caption")) in seen for _ in range(600)) > 10
+
+
+def test_open_questions_are_left_open_by_their_caption_and_decided_by_images():
+    sampler = demo_world.WorldSampler(2, "train")
+    kinds, truths = collections.Counter(), collections.Counter()
+    for _ in range(400):
+        r = sampler.open_request()
+        fact = r.facts[0]
+        assert r.answer is None and r.kind == "caption" and r.question == fact.depict_question()
+        kinds[fact.kind] += 1
+        scene_ = sampler.scene()
+        truths[fact.holds(scene_)] += 1
+    assert set(kinds) == {"colour", "count", "spatial"} and min(kinds.values()) > 40, kinds
+    assert truths[True] > 0 and truths[False] > 0
+
+
+def test_an_open_fact_is_neither_stated_nor_denied():
+    cap = demo_world.caption(demo_world.Thing("circle"), demo_world.Relation(demo_world.Thing("square", "red"), "above", demo_world.Thing("star")),
+                             demo_world.No("triangle"))
+    open_facts = cap.open_facts()
+    questions = {f.depict_question() for f in open_facts}
+    assert "Is there a red circle?" in questions  # the circle's colour is not given
+    assert "Is the circle left of the star?" in questions  # nothing relates the circle and the star
+    assert "Are there exactly two stars?" in questions  # "a star" may be one of two
+    assert "Is the red square above the star?" not in questions  # stated
+    assert not any("triangle" in q for q in questions)  # denied
+    assert not any(f.kind == "colour" and f.shape == "square" for f in open_facts)  # its colour is stated
+    assert all(cap.implies(f) is None for f in open_facts)
+    assert [cap.implies(f) for f in cap.facts] == [f.kind != "absent" for f in cap.facts]
+
+
+def test_open_questions_join_each_set_at_the_requested_share_with_their_parents():
+    captions = demo_world.item_captions(demo_world.drawn_items())
+    stated = sum(len(c.facts) for c in captions)
+    assert sum(len(c.open_questions(0.0)) for c in captions) == 0
+    realized = {}
+    for share in (0.1, 0.25, 0.5):
+        added = sum(len(c.open_questions(share)) for c in captions)
+        realized[share] = added / (stated + added)
+    # what the captions leave open caps the share: near the request at 0.1, below it beyond
+    assert 0.07 < realized[0.1] < 0.13 and 0.17 < realized[0.25] <= 0.25 and realized[0.25] < realized[0.5] <= 0.5
+    cap = demo_world.caption(demo_world.Thing("circle"), demo_world.Thing("square", "red"))
+    rows = cap.question_rows(0.5)
+    depict = [r["question"] for r in rows if r["question_set"] == "depict"]
+    assert depict[:3] == ["Is there a circle?", "Is there a square?", "Is there a red square?"] and len(depict) == 6
+    dsg = {r["question_id"]: (r["question"], list(r["parents"])) for r in rows if r["question_set"] == "dsg"}
+    by_text = {q: i for i, (q, _) in dsg.items()}
+    for question, parents in dsg.values():
+        if question.startswith("Is the circle") and " the " in question[12:]:  # a relation: both things first
+            assert set(parents) == {by_text["Is there a circle?"], by_text["Is there a red square?"]}
+    with pytest.raises(ValueError, match="between 0 and 0.5"):
+        cap.open_questions(0.6)
 
 
 def test_drawn_items_are_reserved_distinct_from_the_fixed_ones_and_true_to_their_roles():
@@ -154,7 +225,7 @@ def test_drawn_items_are_reserved_distinct_from_the_fixed_ones_and_true_to_their
     for p in correlation:  # the first scene is the caption's; the others break one or more facts
         assert true_of(p.caption, p.scenes[0]) and len(p.caption.facts) >= 2
         assert all(p.caption.share_true(s) < 1 for s in p.scenes[1:]) and len(set(map(frozenset, p.scenes))) == 3
-        ratings |= {p.caption.synthetic_rating(s) for s in p.scenes}
+        ratings |= {p.caption.rating(s) for s in p.scenes}
     assert len(ratings) >= 6  # graded, not match / no match
     for e in winoground:  # caption i describes image i only; the two captions use the same words
         (c0, c1), (s0, s1) = e.captions, e.scenes

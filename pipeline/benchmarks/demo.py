@@ -7,9 +7,10 @@ from clauses (things, spatial relations, negations) that expand into atomic fact
 fact can be checked against the scene's ground truth. The facts give:
 
 - the benchmark's own questions in the three question sets (`depict`, `dsg`, `claims`);
-- the correlation part's `human` column, which is SYNTHETIC, not a human judgement:
-  human = 1 + 4 * (share of the caption's facts that hold in the image), on a 1..5 scale.
-  The manifest lists every fact with whether it holds, so each rating can be audited.
+- the correlation part's `human` column, which is SYNTHETIC, not a human judgement: the mean
+  rating (1..5) of simulated raters who each misjudge a fact with a fixed probability
+  (`Caption.rater_ratings`; docs/method.md, "Meta-evaluation"). The manifest lists every fact
+  with whether it holds, and each rater's rating, so each rating can be audited.
 
 Three parts, one loader (`load(root, part=...)`):
 - correlation: 8 captions x 3 images (one exact match, two with 1-3 false facts);
@@ -44,6 +45,7 @@ from operators.demo_world import (  # noqa: F401  (re-exported: the demo's calle
     FIXED_ITEMS,
     MCQ,
     NUMBER_WORDS,
+    RATERS,
     RELATIONS,
     ROWS,
     SHAPES,
@@ -90,9 +92,10 @@ def _image_path(data: bytes) -> str:
     return f"images/{digest[:2]}/{digest}.png"
 
 
-def _build(drawn: bool = False) -> tuple[dict[str, Any], dict[str, bytes]]:
+def _build(drawn: bool = False, open_share: float = 0.0) -> tuple[dict[str, Any], dict[str, bytes]]:
     """The manifest and the image files (relative path -> bytes) the demo consists of: the fixed
-    items, then (`drawn`) the large demo's items drawn from the world's reserved space."""
+    items, then (`drawn`) the large demo's items drawn from the world's reserved space; each
+    caption's questions with `open_share` of them asking what it leaves open."""
     images: dict[str, bytes] = {}
     truth: dict[str, list[dict]] = {}
     captions: dict[str, Caption] = {}
@@ -108,6 +111,8 @@ def _build(drawn: bool = False) -> tuple[dict[str, Any], dict[str, bytes]]:
         if captions.setdefault(cap.text, cap) != cap:
             raise ValueError(f"caption text {cap.text!r} is built from two different clause lists")
         facts = [[f.claim().text, f.holds(scene_)] for f in cap.facts]
+        if extra.get("human") is not None:
+            extra["raters"] = cap.rater_ratings(scene_)
         tags = sorted({f.claim().type for f in cap.facts})
         base = {"local_id": local_id, "image": add_image(scene_), "caption": cap.text, "group_id": group_id,
                 "human": None, "image_index": None, "caption_index": None, "correct": None, "template": None}
@@ -120,7 +125,7 @@ def _build(drawn: bool = False) -> tuple[dict[str, Any], dict[str, bytes]]:
     for prefix, (correlation, winoground, mcq) in sets:
         width = 3 if prefix else 2
         parts["correlation"] += [
-            row(f"{prefix or 'c'}{p:0{width}d}-{v}", s, prompt.caption, prompt.caption.text, human=prompt.caption.synthetic_rating(s))
+            row(f"{prefix or 'c'}{p:0{width}d}-{v}", s, prompt.caption, prompt.caption.text, human=prompt.caption.rating(s))
             for p, prompt in enumerate(correlation, start=1)
             for v, s in enumerate(prompt.scenes)
         ]
@@ -140,10 +145,12 @@ def _build(drawn: bool = False) -> tuple[dict[str, Any], dict[str, bytes]]:
                     template=mrow.correct.template)
                 for k, option in enumerate(options)
             ]
-    questions = [q for cap in captions.values() for q in cap.question_rows()]
+    questions = [q for cap in captions.values() for q in cap.question_rows(open_share)]
     manifest = {
-        "about": "Synthetic demo benchmark: flat shapes on a 3x3 grid. 'human' is SYNTHETIC: "
-                 "1 + 4 * share of the caption's facts that hold in the image (see each row's 'facts').",
+        "about": "Synthetic demo benchmark: flat shapes on a 3x3 grid. 'human' is SYNTHETIC: the mean of "
+                 f"{RATERS} simulated raters ('raters'), each misjudging a fact of each kind with a fixed "
+                 "probability and rating 1 + 4 * the share of facts they judged true, rounded (see each row's 'facts').",
+        "open_share": open_share,
         "version": MANIFEST_VERSION,
         "images": {path: truth[path] for path in sorted(truth)},
         "parts": parts,
@@ -153,13 +160,13 @@ def _build(drawn: bool = False) -> tuple[dict[str, Any], dict[str, bytes]]:
 
 
 @functools.cache
-def _demo_files(drawn: bool = False) -> tuple[bytes, dict[str, bytes]]:
+def _demo_files(drawn: bool = False, open_share: float = 0.0) -> tuple[bytes, dict[str, bytes]]:
     """The manifest's bytes and the images; computed once per process (rendering is the cost)."""
-    manifest, images = _build(drawn)
+    manifest, images = _build(drawn, open_share)
     return (json.dumps(manifest, indent=1, sort_keys=True, ensure_ascii=True) + "\n").encode("ascii"), images
 
 
-def write_demo(root: str, drawn: bool = False) -> None:
+def write_demo(root: str, drawn: bool = False, open_share: float = 0.0) -> None:
     """Write the demo's images and manifest under `root` (a folder or fsspec URL); `drawn` adds
     the large demo's drawn items (a root holds one of the two: the other's manifest is replaced).
 
@@ -168,7 +175,7 @@ def write_demo(root: str, drawn: bool = False) -> None:
     images are content-addressed, so an existing file always holds the right bytes.
     """
     folder = Folder(root)
-    expected, images = _demo_files(drawn)
+    expected, images = _demo_files(drawn, open_share)
     manifest_path = folder.join(MANIFEST)
     if folder.fs.isfile(manifest_path) and folder.fs.cat_file(manifest_path) == expected:
         return
@@ -180,14 +187,17 @@ def write_demo(root: str, drawn: bool = False) -> None:
 # -------------------------------------------------------------------------- loader
 
 
-def load(root: str, part: str = "correlation", drawn: bool = False) -> LoadResult:
+def load(root: str, part: str = "correlation", drawn: bool = False, open_share: float = 0.0) -> LoadResult:
     """Items and shipped questions of one demo part, writing the demo first if needed; `drawn`
-    loads the large demo (the fixed items, then those drawn from the world's reserved space)."""
+    loads the large demo (the fixed items, then those drawn from the world's reserved space);
+    `open_share` of each caption's questions ask what the caption leaves open."""
     if part not in BENCHMARK_NAMES:
         raise BadOption(f"demo: unknown part {part!r}; valid: {sorted(BENCHMARK_NAMES)}")
     if not isinstance(drawn, bool):  # options.drawn=nope would otherwise be truthy: the large demo, silently
         raise BadOption(f"demo: drawn must be true or false, got {drawn!r}")
-    write_demo(root, drawn)
+    if isinstance(open_share, bool) or not isinstance(open_share, (int, float)) or not 0.0 <= open_share <= 0.5:
+        raise BadOption(f"demo: open_share must be a number from 0 to 0.5, got {open_share!r}")
+    write_demo(root, drawn, float(open_share))
     folder = Folder(root)
     manifest_path = folder.join(MANIFEST)
     manifest = folder.read_json(manifest_path)
