@@ -51,6 +51,14 @@ def answer_prompt(kind: str, row: Mapping, templates: Mapping[str, str], image, 
     return Prompt(user=fill(templates[template_name], **values), image=image, image_id=row.get("image_hash"), system=system)
 
 
+def tell_templates(engine: Engine, templates: Mapping[str, str]) -> None:
+    """Hand the templates that fill the prompts to an engine that reads requests back from the
+    prompt text (`TemplateAware`: the world oracle); other engines need nothing."""
+    use = getattr(engine, "use_templates", None)
+    if use is not None:
+        use(templates)
+
+
 def answer_texts(kinds: list, columns: Mapping[str, list], templates: Mapping[str, str]) -> tuple[list, dict[int, str]]:
     """The user text of every request, filled per kind over whole columns (`fill_column`).
 
@@ -168,6 +176,7 @@ def answer_batch(
     the engine takes (a `Prompt`) and per failing request (its error row).
     """
     n = batch.num_rows
+    tell_templates(engine, templates)
     keys, kinds = _column(batch, "key"), _column(batch, "kind")
     hashes, uris = _column(batch, "image_hash") or [None] * n, _column(batch, "image_uri") or [None] * n
     texts, problems = answer_texts(kinds, {"text": _column(batch, "text"), "caption": _column(batch, "caption")}, templates)

@@ -30,6 +30,35 @@ def fill(template: str, **values: str) -> str:
     return "".join(out)
 
 
+def unfill(template: str, text: str) -> dict[str, str] | None:
+    """The placeholder values that `fill(template, **values)` turns into `text`, or None when
+    the text is not that template filled: how an engine that answers from the request itself
+    (the world oracle) reads a prompt back, by the template's exact words and no guessing."""
+    pattern = _unfill_pattern(template)
+    found = pattern.fullmatch(text)
+    if found is None:
+        return None
+    values = found.groupdict()
+    return values if fill(template, **values) == text else None
+
+
+@functools.lru_cache(maxsize=64)
+def _unfill_pattern(template: str) -> re.Pattern:
+    """The template as a regular expression: its text literal, each placeholder a group (the
+    same name again must repeat the same value)."""
+    pieces, _ = _parsed(template)
+    out, seen = [], set()
+    for k, piece in enumerate(pieces):
+        if k % 2 == 0:
+            out.append(re.escape(piece))
+        elif piece in seen:
+            out.append(f"(?P={piece})")
+        else:
+            out.append(f"(?P<{piece}>.*?)")
+            seen.add(piece)
+    return re.compile("".join(out), re.DOTALL)
+
+
 @functools.lru_cache(maxsize=256)
 def _parsed(template: str) -> tuple[tuple[str, ...], frozenset[str]]:
     """The template split once into text and placeholder names (a batch fills the same

@@ -113,10 +113,11 @@ def hybrid_requests(n: int, seed: int = 0) -> list[demo_world.WorldRequest]:
 
 def answer_world_requests(engine, requests: Sequence[demo_world.WorldRequest], templates: dict, system: str | None = None) -> list[Answered]:
     """Each request through the engine as the answers stage builds it (answer_prompt, decoded PNG)."""
-    from operators.answering import answer_prompt
+    from operators.answering import answer_prompt, tell_templates
     from operators.hashing import image_hash
     from operators.images import decode_image
 
+    tell_templates(engine, templates)
     prompts = []
     for r in requests:
         image, digest = None, None
@@ -216,9 +217,10 @@ def record_truths(records: pl.DataFrame) -> pl.DataFrame:
 
 
 def answer_benchmark_requests(engine, requests: pl.DataFrame, templates: dict, system: str | None = None) -> list[Answered]:
-    from operators.answering import answer_prompt
+    from operators.answering import answer_prompt, tell_templates
     from operators.images import load_image
 
+    tell_templates(engine, templates)
     images: dict[str, object] = {}
     prompts = []
     rows = list(requests.iter_rows(named=True))

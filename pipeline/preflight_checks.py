@@ -26,7 +26,7 @@ import numpy as np
 import polars as pl
 
 from operators import answer_mass
-from operators.answering import ANSWER_TEMPLATES, answer_prompt
+from operators.answering import ANSWER_TEMPLATES, answer_prompt, tell_templates
 from operators.engine_probe import PREFIX_CACHE_OFF, EngineRun, agreement, answers_one_at_a_time, hardware, largest_difference, score_timed
 from operators.engines import load_engine
 from operators.engines.base import Prompt
@@ -90,7 +90,9 @@ def preflight_prompts(cfg: ResolvedConfig, options: PreflightOptions, system: st
     return prompts, kinds
 
 
-def check_backbone(spec: BackboneSpec, prompts: list[Prompt], kinds: list[str], options: PreflightOptions) -> BackboneResult:
+def check_backbone(spec: BackboneSpec, prompts: list[Prompt], kinds: list[str], options: PreflightOptions,
+                   templates: dict | None = None) -> BackboneResult:
+    """`templates`: those that filled the prompts, for an engine that reads requests back from them (the world oracle)."""
     result = BackboneResult(spec.name)
     out = result.lines
     out.append(f"preflight: {spec.name}  (engine {spec.engine}, model {spec.model_id})")
@@ -103,6 +105,8 @@ def check_backbone(spec: BackboneSpec, prompts: list[Prompt], kinds: list[str], 
     except Exception as exc:
         result.failures.append(f"engine {spec.engine} failed to load: {type(exc).__name__}: {exc}")
         return result
+    if templates is not None:
+        tell_templates(engine, templates)
     try:
         run = score_timed(engine, prompts, kinds)
         alone = answers_one_at_a_time(engine, prompts) if options.invariance else None
@@ -258,7 +262,7 @@ def run_preflight(cfg: ResolvedConfig, options: PreflightOptions) -> tuple[str, 
     for name in cfg.sweep.backbones:
         spec = cfg.backbones[name]
         prompts, kinds = preflight_prompts(cfg, options, spec.system_prompt)
-        results.append(check_backbone(spec, prompts, kinds, options))
+        results.append(check_backbone(spec, prompts, kinds, options, cfg.prompts.templates))
     lines = [line for r in results for line in (*r.lines, "")]
     for r in results:
         if r.invariance is not None:

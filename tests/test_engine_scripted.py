@@ -100,14 +100,14 @@ def test_counters():
 
 
 def test_unknown_engine_lists_valid_ones():
-    with pytest.raises(ValueError, match=r"unknown engine 'tgi'; valid engines: \['hf', 'scripted', 'vllm'\]"):
+    with pytest.raises(ValueError, match=r"unknown engine 'tgi'; valid engines: \['hf', 'scripted', 'vllm', 'world_oracle'\]"):
         load_engine(BackboneSpec(name="x", model_id="m", engine="tgi"))
-    assert set(ENGINES) == {"hf", "vllm", "scripted"}
+    assert set(ENGINES) == {"hf", "vllm", "scripted", "world_oracle"}
 
 
 def test_importing_engines_does_not_import_torch_or_vllm():
     code = (
-        "import sys, operators.engines, operators.engines.vllm_requests, operators.engines.scripted, "
+        "import sys, operators.engines, operators.engines.vllm_requests, operators.engines.scripted, operators.engines.world_oracle, "
         "operators.images, operators.tiny_models; "
         "print(sorted(m for m in ('torch', 'transformers', 'vllm') if m in sys.modules))"
     )

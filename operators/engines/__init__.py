@@ -19,7 +19,22 @@ ENGINES: dict[str, str] = {
     "hf": "operators.engines.hf:HFEngine",
     "vllm": "operators.engines.vllm:VLLMEngine",
     "scripted": "operators.engines.scripted:ScriptedEngine",
+    "world_oracle": "operators.engines.world_oracle:WorldOracleEngine",
 }
+
+# Engines that load no model: nothing to look for before a run (model_check), no loading to
+# quiet. Their answers come from code, so the module's `REVISION` (the version of its answering
+# logic, when it has one) stands for the model's revision in answer keys (`engine_revision`).
+NO_WEIGHTS = frozenset({"scripted", "world_oracle"})
+
+
+def engine_revision(engine: str) -> str | None:
+    """The answering logic's version of an engine that loads no model (its module's REVISION),
+    else None: a model's revision is its weights'."""
+    if engine not in NO_WEIGHTS:
+        return None
+    revision = getattr(importlib.import_module(ENGINES[engine].split(":")[0]), "REVISION", None)
+    return None if revision is None else str(revision)
 
 
 def load_engine(spec: BackboneSpec) -> Engine:
@@ -30,7 +45,7 @@ def load_engine(spec: BackboneSpec) -> Engine:
             f"backbone {spec.name!r}: unknown engine {spec.engine!r}; valid engines: {sorted(ENGINES)}"
         )
     module_name, class_name = target.split(":")
-    with quiet_loading(spec.engine != "scripted"):
+    with quiet_loading(spec.engine not in NO_WEIGHTS):
         engine_class = getattr(importlib.import_module(module_name), class_name)
         return engine_class(spec)
 
@@ -56,4 +71,4 @@ def quiet_loading(loads_weights: bool = True) -> Iterator[None]:
         (enable_progress_bars if hub_bars_were_on else disable_progress_bars)()
 
 
-__all__ = ["ENGINES", "BackboneSpec", "Engine", "Prompt", "load_engine", "quiet_loading"]
+__all__ = ["ENGINES", "NO_WEIGHTS", "BackboneSpec", "Engine", "Prompt", "engine_revision", "load_engine", "quiet_loading"]

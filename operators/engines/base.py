@@ -1,7 +1,7 @@
 """The one interface every model engine offers: yes/no log-probabilities and greedy text."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -42,3 +42,11 @@ class LengthAware(Protocol):
     def prompt_lengths(self, prompts: Sequence[Prompt]) -> list[int]:
         """Tokens each prompt occupies in the model's input, image tokens included."""
         ...
+
+
+class TemplateAware(Protocol):
+    """Optional: an engine that reads a request back out of its prompt text (the world oracle,
+    which answers from the demo world's truth) is told the templates that filled it, since the
+    text alone does not say which template made it (`operators.answering.tell_templates`)."""
+
+    def use_templates(self, templates: Mapping[str, str]) -> None: ...

@@ -17,6 +17,7 @@ import re
 import sys
 from pathlib import Path
 
+from operators.engines import NO_WEIGHTS
 from operators.engines.spec import BackboneSpec
 
 # Engines and the package each needs: the install extra that brings it.
@@ -34,7 +35,7 @@ def offline() -> bool:
 def model_problem(spec: BackboneSpec) -> tuple[str, str] | None:
     """(the config field at fault, one line naming the backbone, the model id and the fix), or
     None when the model can be loaded as far as this machine can tell."""
-    if spec.engine == "scripted" or os.environ.get(SKIP_ENV, "") not in ("", "0"):
+    if spec.engine in NO_WEIGHTS or os.environ.get(SKIP_ENV, "") not in ("", "0"):  # no model to look for
         return None
     what = f"backbone {spec.name!r} (model {spec.model_id})"
     needed = ENGINE_PACKAGES.get(spec.engine)

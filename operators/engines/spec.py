@@ -15,7 +15,8 @@ class BackboneSpec:
     name: str = "???"
     # Hugging Face repo id or local directory; `builtin:tiny-vlm` is built on first use.
     model_id: str = "???"
-    # Which engine runs it: a name of operators.engines.ENGINES (hf: transformers, vllm, scripted: no model).
+    # Which engine runs it: a name of operators.engines.ENGINES (hf: transformers, vllm, scripted: no model,
+    # world_oracle: the demo world's truth).
     engine: str = "hf"
     revision: str | None = None
     family: str = ""  # qwen3_5, internvl3_5, gemma4, ... (reports group size ladders by it)
@@ -54,16 +55,22 @@ class BackboneSpec:
     def fingerprint(self) -> str:
         """Hash of every field that can change an answer (part of each request key).
 
-        Included: the model and its revision, the engine and how it reads answers, dtype,
-        pixel limits, spellings, system prompt, chat-template switches, assistant prefix and
-        every engine option except those listed in `THROUGHPUT_OPTIONS` (batching, progress,
+        Included: the model and its revision (for an engine that loads no model, the version
+        of its answering logic, `operators.engines.engine_revision`), the engine and how it
+        reads answers, dtype, pixel limits, spellings, system prompt, chat-template switches,
+        assistant prefix and every engine option except those listed in `THROUGHPUT_OPTIONS` (batching, progress,
         memory, process layout), which change speed but not answers.
         """
+        from operators.engines import engine_revision  # the package imports this module first
+
         revision = self.revision
         if self.model_id.startswith("builtin:"):  # built locally: its recipe version is its revision;
             from operators.tiny_models import builtin_revision  # shipped trained weights: their files' hash
 
             revision = builtin_revision(self.model_id)
+        logic = engine_revision(self.engine)  # an engine without a model (the world oracle): its logic's version
+        if logic is not None:
+            revision = f"{revision}+logic-{logic}" if revision else f"logic-{logic}"
         return content_key(
             self.model_id,
             revision,
