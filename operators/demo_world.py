@@ -685,13 +685,15 @@ class WorldSampler:
     """Seeded draws of scenes, captions and yes/no requests from the demo world.
 
     `split` picks a seed space ("train", "heldout" or "bench"): the same (split, seed) always
-    gives the same draws, and no two splits share a generator. No draw is ever a fixed benchmark
-    scene or caption text, and each split draws only scenes and captions of its own content
-    slots (`scene_slot`, `caption_slot`; checked on every draw, not assumed), so a model trained
-    on draws is measured on held-out draws and on the benchmark's items as on unseen content.
+    gives the same draws, and no two splits share a generator; a string seed names a stream no
+    integer seed shares (the curation corpus, `operators.demo_corpus`, draws "corpus-<n>"). No
+    draw is ever a fixed benchmark scene or caption text, and each split draws only scenes and
+    captions of its own content slots (`scene_slot`, `caption_slot`; checked on every draw, not
+    assumed), so a model trained on draws is measured on held-out draws and on the benchmark's
+    items as on unseen content.
     """
 
-    def __init__(self, seed: int = 0, split: str = "train"):
+    def __init__(self, seed: int | str = 0, split: str = "train"):
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; valid: {sorted(SPLITS)}")
         self.rng = random.Random(f"demo-world/{split}/{seed}")

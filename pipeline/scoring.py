@@ -22,7 +22,7 @@ from pipeline.stages.answers import AnswerPlan, AnswerReport, answer_store, plan
 from pipeline.stages.engine_stage import StageReport
 from pipeline.stages.evidence import run_evidence
 from pipeline.stages.judge import run_judge
-from pipeline.stages.questions import generated_questions, provided_questions
+from pipeline.stages.questions import file_questions, generated_questions, provided_questions
 from pipeline.stages.scores import errors_for_items, question_records, score_items
 from pipeline.store.admin import compact_between_windows
 from pipeline.store.fs import filesystem, is_local, local_atomic_file, read_table, write_table
@@ -57,7 +57,7 @@ def needs_holistic(metric_ids: list[str]) -> bool:
 
 def question_generators(s: SweepConfig) -> list[str]:
     """The backbones that write questions: each backbone its own, one shared generator, or
-    none when the questions ship with the benchmark."""
+    none when the questions ship with the benchmark or are read from a file."""
     q = s.questions
     if q.source != "model":
         return []
@@ -65,11 +65,12 @@ def question_generators(s: SweepConfig) -> list[str]:
 
 
 def obtain_questions(items: pl.DataFrame, shipped: pl.DataFrame | None, cfg: ResolvedConfig, out: Scored) -> dict[str, pl.DataFrame]:
-    """Questions for every backbone: shipped with the benchmark, or generated once per caption."""
+    """Questions for every backbone: shipped with the benchmark, read from a file, or generated
+    once per caption."""
     s, q = cfg.sweep, cfg.sweep.questions
     sets = s.required_question_sets()
-    if q.source == "benchmark":
-        questions, errors = provided_questions(items, shipped, sets)
+    if q.source in ("benchmark", "file"):
+        questions, errors = provided_questions(items, shipped, sets) if q.source == "benchmark" else file_questions(items, q.file, sets)
         out.errors.append(errors)
         out.questions = questions
         return {b: questions for b in s.backbones}

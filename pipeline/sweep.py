@@ -17,7 +17,7 @@ import polars as pl
 import pyarrow as pa
 
 from operators import schema
-from pipeline.config import ResolvedConfig, check_benchmark_folders
+from pipeline.config import ResolvedConfig, check_benchmark_folders, check_questions_file
 from pipeline.model_guard import require_models
 from pipeline.runtime import MemoryLimits, ensure_ray, git_commit, joins_cluster, library_versions, refuse_unshared_paths
 from pipeline.scoring import Timings, remove_scratch, score_items_windowed
@@ -55,6 +55,7 @@ def run_sweep(cfg: ResolvedConfig) -> RunResult:
     """
     s = cfg.sweep
     check_benchmark_folders(cfg)  # a mistyped data_root fails here, before Ray starts
+    check_questions_file(cfg)  # and a mistyped questions.file
     require_models(cfg.backbones.values())  # a missing model or engine extra: one line in seconds, not minutes in a worker
     if joins_cluster(s.compute.address):  # a cluster may have several nodes: check paths before the first file
         start_ray(cfg)

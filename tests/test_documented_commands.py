@@ -48,7 +48,7 @@ What is checked per job (WORK below names the stubbed work functions)
   sweep, curate, preflight: the preset and overrides through `load_config` (and the
   curation schema), with every range and name check; score: `jobs/score.py`'s parser and the
   `Scorer` it builds (the same config loading), stopped before any pair is scored;
-  metaeval, tables, store, explore: their own argument parsers and range checks. A `python
+  metaeval, tables, store, explore, demo_corpus: their own argument parsers and range checks. A `python
   jobs/X.py` whose file does not exist fails, as does `depict X` for an unknown X. Jobs run
   in the case's temporary folder, so a relative path of a command never touches the checkout.
 
@@ -103,6 +103,8 @@ WORK = {
     "explore": [("jobs.explore", "write_site")],
     "store": [("jobs.store", "compact"), ("jobs.store", "gc"), ("jobs.store", "verify"), ("jobs.store", "prune_gone_shards")],
     "micro_vlm": [("jobs.micro_vlm", "train_micro_vlm"), ("jobs.micro_vlm", "evaluate_micro_vlm")],
+    # the settings are checked, then the folder is made ready: stopped there, nothing is written
+    "demo_corpus": [("pipeline.curation.demo_corpus", "make_room")],
 }  # fmt: skip
 PRESET_KEYS = {"sweep": "sweep", "curate": "curation", "preflight": "sweep", "score": None}
 # Repository folders whose files other tools' commands may name (checked to exist).

@@ -22,7 +22,9 @@ Modules, in the order a run uses them:
 - `windows`: a night in bounded groups of shards; `rows`: shards -> pairs -> items, and the
   per-row decision and evidence tables; `rule`: which rows are kept;
 - `publish`: the per-shard tables and filtered shards; `manifest`: the processed shards;
-- `report`: report.json / report.md / histogram and the printed summary; `run`: the run itself.
+- `report`: report.json / report.md / histogram and the printed summary; `truth`: with a truth
+  file, how right each metric's keep decisions are; `run`: the run itself;
+- `demo_corpus`: writing the demo world's corpus whose mismatches are known (jobs/demo_corpus.py).
 
 Output layout (`output`, default <root>/curation/<name>):
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from operators.hashing import digest
-from pipeline.config import ConfigError, ResolvedConfig, SweepConfig, load_config
+from pipeline.config import NO_QUESTIONS_FILE, ConfigError, ResolvedConfig, SweepConfig, load_config
 from pipeline.curation.shards import CHANGE_DETECTION
 from pipeline.store.fs import absolute_path
 
@@ -53,6 +53,9 @@ class CurationConfig(SweepConfig):
     # pairs in 2 GB). Parquet footers and local tar headers give exact counts, else estimated.
     window_pairs: int | None = 100_000
     output: str = "${root}/curation/${name}"
+    # A file labelling input rows match / mismatch kind (pipeline/curation/truth.py): the run's
+    # report then says how right each metric's keep decisions are. Not part of scoring.
+    truth: str | None = None
     metrics: list[str] = field(default_factory=lambda: ["depict"])
     target: str = "${metric}"  # the sweep's meta-evaluation target; curation has none
     baselines: list[str] = field(default_factory=list)
@@ -73,6 +76,10 @@ def load_curation_config(args: Sequence[str] = (), conf_dir: Path | str | None =
         raise ConfigError("inputs", f"expected globs, folders or files (strings), got {raw!r}")
     c.inputs = [_absolute(p) for p in raw]
     c.output = _absolute(c.output)
+    if c.truth is not None:
+        if not (isinstance(c.truth, str) and c.truth.strip()):
+            raise ConfigError("truth", f"must name a file (shard, row, label columns) or be null, got {c.truth!r}")
+        c.truth = _absolute(c.truth)
     validate_curation(cfg)
     return cfg
 
@@ -90,6 +97,11 @@ def validate_curation(cfg: ResolvedConfig) -> None:
     c: CurationConfig = cfg.sweep  # type: ignore[assignment]
     if not c.decide_only and not c.inputs:
         raise ConfigError("inputs", "no input shards configured (e.g. inputs=[s3://bucket/incoming/*.parquet])")
+    if c.questions.source == "file" and not c.decide_only and not (isinstance(c.questions.file, str) and c.questions.file.strip()):
+        raise ConfigError("questions.file", NO_QUESTIONS_FILE)
+    if c.questions.source == "benchmark":
+        raise ConfigError("questions.source", "curation reads no benchmark, so none ships questions: use model (a generator "
+                                              "writes them) or file (questions.file=PATH, QUESTIONS rows keyed by caption)")
     if len(c.backbones) != 1:
         raise ConfigError("backbones", f"curation scores with exactly one backbone, got {list(c.backbones)}")
     if c.metric not in c.metrics:
@@ -134,5 +146,9 @@ def scoring_fingerprint(cfg: ResolvedConfig) -> str:
         },
         "columns": [s.columns.image, s.columns.caption] + ([s.columns.image_hash] if s.columns.image_hash else []),
     }
+    if q.source == "file":  # only then: the other sources' fingerprints stay what they were
+        # the file by its path, not its bytes: a night that adds questions for new captions to
+        # the same file does not score every processed shard again (docs/curation.md)
+        parts["questions"]["file"] = q.file
     return digest(json.dumps(parts, sort_keys=True).encode())[:16]
 

@@ -16,6 +16,7 @@ from pipeline.curation.curation_config import CurationConfig
 from pipeline.curation.manifest import shard_url
 from pipeline.curation.rule import Rule
 from pipeline.curation.shards import Shard
+from pipeline.curation.truth import truth_section
 from pipeline.runtime import git_commit, library_versions
 from pipeline.scoring import Timings
 from pipeline.stages.engine_stage import StageReport
@@ -51,6 +52,7 @@ class CurationResult:
     reports: list[StageReport] = field(default_factory=list)
     timings: Timings = field(default_factory=Timings)
     errors: pl.DataFrame = field(default_factory=lambda: pl.from_arrow(schema.ERRORS.empty_table()))
+    truth: dict | None = None  # with truth=PATH: how right each metric's keep decisions are (`truth.truth_section`)
 
     def stage(self, name: str) -> StageReport | None:
         return next((r for r in self.reports if r.stage == name), None)
@@ -92,6 +94,9 @@ def write_report(cfg: ResolvedConfig, result: CurationResult, rule: Rule) -> Non
     c: CurationConfig = cfg.sweep  # type: ignore[assignment]
     run_dir = result.run_dir
     counts, edges = run_histogram(c.output, result.shards, rule.metric)
+    if c.truth is not None:
+        decisions = [(s.shard, pl.from_arrow(read_table(shard_url(c.output, "decisions", s.shard_id)))) for s in result.shards]
+        result.truth = truth_section(c.truth, decisions, list(c.metrics), rule, c.bootstrap)
     write_bytes_atomic(f"{run_dir}/histogram.png", histogram_counts_png(counts, edges, rule, result.shards))
     write_table(f"{run_dir}/errors.parquet", schema.conform(result.errors.to_arrow(), schema.ERRORS))
     report = report_dict(cfg, result, rule)
@@ -147,7 +152,7 @@ def report_dict(cfg: ResolvedConfig, result: CurationResult, rule: Rule) -> dict
         "versions": library_versions(),
         "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "histogram": "histogram.png",
-    }
+    } | ({"truth": result.truth} if result.truth is not None else {})
 
 
 
@@ -182,8 +187,46 @@ def report_markdown(report: dict) -> str:
     if report["stages"]:
         lines += ["", "## Stages", "", "| stage | unit | needed | cached | sent | failed | seconds |", "|---|---|---:|---:|---:|---:|---:|"]
         lines += [f"| {r['stage']} | {r['unit']} | {r['needed']} | {r['cached']} | {r['sent']} | {r['failed']} | {r['seconds']:.1f} |" for r in report["stages"]]
+    if report.get("truth") is not None:
+        lines += ["", *truth_markdown(report["truth"])]
     lines += ["", f"![score histogram]({report['histogram']})", ""]
     return "\n".join(lines)
+
+
+def _cell(interval: dict) -> str:
+    """0.912 [0.871, 0.944]; the estimate alone when there is no interval; "-" when undefined."""
+    if interval["estimate"] is None:
+        return "-"
+    if interval["low"] is None or interval["high"] is None:
+        return f"{interval['estimate']:.3f}"
+    return f"{interval['estimate']:.3f} [{interval['low']:.3f}, {interval['high']:.3f}]"
+
+
+def truth_markdown(truth: dict) -> list[str]:
+    """The report's section on the truth file: per metric as the run's keep rule, then per kind."""
+    labels = ", ".join(f"{k} {v}" for k, v in truth["labels"].items() if k != "match")
+    lines = [
+        "## Against the truth",
+        "",
+        f"`{truth['file']}` labels {truth['pairs']} of the run's rows: {truth['match']} match, {truth['mismatch']} mismatch"
+        + (f" ({labels})" if labels else "") + f"; {truth['unlabelled_rows']} row(s) unlabelled.",
+        "Each metric is judged as this run's keep rule on its own score (keep = the caption matches); "
+        f"a row without a score is dropped. Intervals: {truth['interval']}.",
+    ]
+    if not truth["metrics"]:
+        return lines
+    lines += ["", "| metric | kept | unscored | precision | recall | mismatches dropped | ROC AUC |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for m in truth["metrics"]:
+        name = f"**{m['metric']}** (decides)" if m["decides"] else m["metric"]
+        lines.append(f"| {name} | {m['kept']} | {m['unscored']} | {_cell(m['precision'])} | {_cell(m['recall'])} | "
+                     f"{_cell(m['mismatch_dropped'])} | {_cell(m['auc'])} |")
+    kinds = list(truth["metrics"][0]["kinds"])
+    if kinds:
+        for title, key in (("Mismatches dropped, by kind", "dropped"), ("ROC AUC, matches against each kind", "auc")):
+            lines += ["", f"### {title}", "", "| metric | " + " | ".join(f"{k} ({truth['labels'][k]})" for k in kinds) + " |",
+                      "|---|" + "---:|" * len(kinds)]
+            lines += [f"| {m['metric']} | " + " | ".join(_cell(m["kinds"][k][key]) for k in kinds) + " |" for m in truth["metrics"]]
+    return lines
 
 
 
@@ -240,6 +283,16 @@ def summary_text(result: CurationResult) -> str:
     if result.errors.height:
         counts = result.errors.group_by("stage", "reason").len().sort("stage", "reason")
         lines.append("errors: " + ", ".join(f"{r['stage']}/{r['reason']}: {r['len']}" for r in counts.iter_rows(named=True)))
+    if result.truth is not None:
+        lines += truth_summary(result.truth)
     lines.append(f"report: {result.run_dir}/report.md   filtered shards: {result.output}/filtered/")
     return "\n".join(lines) + retry
 
+
+def truth_summary(truth: dict) -> list[str]:
+    """The printed summary's lines on the truth file: one per metric, as the run's keep rule."""
+    lines = [f"against the truth ({truth['pairs']} labelled pairs: {truth['match']} match, {truth['mismatch']} mismatch; {truth['interval']}):"]
+    for m in truth["metrics"]:
+        lines.append(f"  {m['metric'] + (' (decides)' if m['decides'] else ''):<22} precision {_cell(m['precision']):<22} "
+                     f"recall {_cell(m['recall']):<22} ROC AUC {_cell(m['auc'])}")
+    return lines

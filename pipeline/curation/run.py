@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from operators import schema
 from operators.hashing import digest, keys_digest
-from pipeline.config import ResolvedConfig
+from pipeline.config import ConfigError, ResolvedConfig, check_questions_file
 from pipeline.curation.curation_config import CurationConfig, scoring_fingerprint
 from pipeline.curation.manifest import Manifest, shard_url
 from pipeline.curation.prune import reading_packs
@@ -50,6 +50,9 @@ def run_curation(cfg: ResolvedConfig) -> CurationResult:
     c: CurationConfig = cfg.sweep  # type: ignore[assignment]
     if not c.decide_only:  # deciding again reads stored scores only: no model is loaded
         require_models(cfg.backbones.values())
+        check_questions_file(cfg)
+    if c.truth is not None and not exists(c.truth):  # read for the report, at the end: a typo fails now
+        raise ConfigError("truth", f"{c.truth}: no such file")
     if joins_cluster(c.compute.address):  # a cluster may have several nodes: check its paths before any work
         start_ray(c)
     with output_lease(c) as lease:

@@ -1,4 +1,5 @@
-"""Questions: unique captions -> DEPICT questions, DSG graphs and typed claims.
+"""Questions: unique captions -> DEPICT questions, DSG graphs and typed claims (generated, or
+read from a file: `file_questions`).
 
 Generation runs once per distinct caption (never per item) at temperature 0, and the raw
 text is cached in the generations store; parsing happens here, so a parser fix costs no
@@ -17,10 +18,12 @@ from operators.answering import GENERATION_TEMPLATES
 from operators.engines.spec import BackboneSpec
 from operators.hashing import content_keys
 from operators.parsing import ParseError, parse_claims, parse_dsg, parse_questions, questions_rows
-from pipeline.config import ComputeSpec, PromptSet
+from pipeline.config import NO_QUESTIONS_FILE, ComputeSpec, ConfigError, PromptSet
 from pipeline.stages.engine_stage import StageReport, run_and_read
 from pipeline.stages.engine_workers import GenerationWorker
 from pipeline.stages.placement import engine_pool
+from pipeline.store.folder import FileError
+from pipeline.store.fs import read_table
 from pipeline.store.parts import PartStore
 
 log = logging.getLogger(__name__)
@@ -45,6 +48,68 @@ def provided_questions(items: pl.DataFrame, questions: pl.DataFrame | None, sets
         ]
     errors = schema.error_table(rows)
     return questions, errors
+
+
+def file_questions(items: pl.DataFrame, url: str, sets: list[str]) -> tuple[pl.DataFrame, pa.Table]:
+    """Questions read from a file (questions.source=file), matched to the items by caption
+    text: the rows of their captions and of the needed sets. A caption the file gives no
+    questions of a needed set is one error row per (benchmark, caption, set) naming the file,
+    so each curated shard's errors table says why its pairs with that caption have no score."""
+    if not url:
+        raise ConfigError("questions.file", NO_QUESTIONS_FILE)
+    questions = read_questions_file(url)
+    captions = items.select("caption", "benchmark").unique(maintain_order=True)
+    questions = questions.filter(pl.col("question_set").is_in(sets)).join(captions.select("caption").unique(), on="caption", how="semi")
+    have = questions.select("caption", "question_set").unique()
+    rows = []
+    for qset in sets:
+        missing = captions.join(have.filter(pl.col("question_set") == qset), on="caption", how="anti")
+        rows += [
+            {"stage": "questions", "benchmark": r["benchmark"], "source": url, "field": "caption", "reason": "no_questions",
+             "detail": f"the questions file {url} has no {qset!r} questions for caption {r['caption']!r}"}
+            for r in missing.iter_rows(named=True)
+        ]
+    return questions, schema.error_table(rows)
+
+
+def read_questions_file(url: str) -> pl.DataFrame:
+    """A questions file as a QUESTIONS table, checked whole: a missing or unreadable file, a
+    missing column, an empty caption, question or id, an unknown question set or claim type, a
+    repeated (caption, question_set, question_id) or a DSG parent that is not a question of the
+    same caption is a FileError naming the file, the row and the field. `source` is the file's
+    own column where it has one, else "file"."""
+    try:
+        table = read_table(url)
+    except FileNotFoundError:
+        raise FileError(f"{url}: questions file not found (questions.file)") from None
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise FileError(f"{url}: not a readable Parquet file ({exc})") from exc
+    required = ("caption", "question_set", "question_id", "question")
+    missing = [c for c in required if c not in table.column_names]
+    if missing:
+        raise FileError(f"{url}: lacks column(s) {missing}; a questions file has {list(schema.QUESTIONS.names)} (operators/schema.py)")
+    try:
+        frame = pl.from_arrow(schema.conform(table, schema.QUESTIONS, what=url))
+    except ValueError as exc:
+        raise FileError(str(exc)) from None
+    frame = frame.with_columns(pl.col("source").fill_null("file"), pl.col("parents").fill_null([])).with_row_index("_row")
+
+    def refuse(bad: pl.DataFrame, field: str, why: str) -> None:
+        if bad.height:
+            first = bad.row(0, named=True)
+            raise FileError(f"{url}: row {first['_row']}, {field}: {why} (caption {first['caption']!r}; {bad.height} such row(s))")
+
+    for column in required:
+        refuse(frame.filter(pl.col(column).is_null() | (pl.col(column).str.strip_chars() == "")), column, "empty")
+    refuse(frame.filter(~pl.col("question_set").is_in(schema.QUESTION_SETS)), "question_set", f"not one of {schema.QUESTION_SETS}")
+    claims = frame.filter(pl.col("question_set") == "claims")
+    refuse(claims.filter(~pl.col("claim_type").is_in(schema.CLAIM_TYPES) | pl.col("claim_type").is_null()), "claim_type", f"not one of {schema.CLAIM_TYPES}")
+    refuse(frame.filter(~pl.struct("caption", "question_set", "question_id").is_first_distinct()), "question_id", "repeated for this caption and question set")
+    dsg = frame.filter(pl.col("question_set") == "dsg")
+    parents = dsg.select("_row", "caption", pl.col("parents").alias("parent")).explode("parent").drop_nulls("parent")
+    unknown = parents.join(dsg.select("caption", pl.col("question_id").alias("parent")), on=["caption", "parent"], how="anti")
+    refuse(unknown.sort("_row"), "parents", "names a question id this caption's dsg questions do not have")
+    return frame.drop("_row")
 
 
 def generation_store(store_url: str, generator: BackboneSpec) -> PartStore:

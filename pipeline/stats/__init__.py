@@ -12,7 +12,9 @@ One idea per module:
 - `group_statistics`: SRCC / Kendall / Pearson of group multiplicities, with resamples in
   O(N) / O(N log D) each and exact fast leave-one-group-out jackknives (`dominance`: the
   quadrant counts they need);
-- `diagnostics`: answer distribution and the commitment-weighting gain.
+- `diagnostics`: answer distribution and the commitment-weighting gain;
+- `classification`: ROC AUC of a score against known labels, with an exact jackknife (how
+  right curation's keep rule is against a truth file: `pipeline.curation.truth`).
 `pipeline.metaeval` combines them into the statistics / deltas tables.
 """
 from pipeline.stats.bootstrap import Interval, group_interval, paired_group_interval
