@@ -24,7 +24,7 @@ import random
 import struct
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -299,17 +299,20 @@ class Caption:
                 nouns += pair
                 related.add(frozenset(pair))
         nouns = list(dict.fromkeys(nouns))
+        # a shape named twice ("a star and three red stars") settles more than either mention
+        named = [noun for clause in self.clauses for noun in _positive_nouns(clause)]
         out: list[Fact] = []
         for shape, colour in nouns:
-            if colour is None and sum(s == shape for s, _ in nouns) == 1:
+            if sum(s == shape for s, _ in named) > 1:
+                continue
+            if colour is None:
                 out += [Fact("colour", shape, c) for c in COLOURS]
-            if sum(s == shape for s, _ in nouns) == 1:
-                out.append(Fact("count", shape, colour, count=2))
+            out.append(Fact("count", shape, colour, count=2))
         for a in nouns:
             for b in nouns:
                 if a[0] != b[0] and frozenset((a, b)) not in related:
                     out += [Fact("spatial", a[0], a[1], relation=r, other=b) for r in RELATIONS]
-        stated = set(self.facts)
+        stated = set(self.facts) | {replace(f, plural=not f.plural) for f in self.facts}  # "a red star" is stated by "red stars"
         denied = {(f.shape, f.colour) for f in stated if f.kind == "absent"}
         return [f for f in dict.fromkeys(out) if f not in stated and (f.shape, f.colour) not in denied
                 and (f.shape, None) not in denied]

@@ -5,8 +5,8 @@ import math
 
 import polars as pl
 import pytest
-
 from mutation import mutated
+
 from operators.metrics import decomposed
 from operators.metrics.decomposed import depict_scores  # imported by name: the mutant must reach it too
 
