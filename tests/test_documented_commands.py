@@ -99,7 +99,7 @@ WORK = {
     "score": [("pipeline.pairs", "read_pairs_file", None), ("pipeline.pairs", "read_table_file", None),
               ("pipeline.api", "Scorer.score")],
     "metaeval": [("jobs.metaeval", "evaluate_released"), ("jobs.metaeval", "evaluate_files")],
-    "tables": [("jobs.tables", "write_reports")],
+    "tables": [("jobs.tables", "write_reports"), ("jobs.tables", "write_open_share")],
     "explore": [("jobs.explore", "write_site")],
     "store": [("jobs.store", "compact"), ("jobs.store", "gc"), ("jobs.store", "verify"), ("jobs.store", "prune_gone_shards")],
     "micro_vlm": [("jobs.micro_vlm", "train_micro_vlm"), ("jobs.micro_vlm", "evaluate_micro_vlm")],

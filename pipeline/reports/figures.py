@@ -6,6 +6,9 @@
 - `lambda_plot` (Figure 9): the primary statistic of lam * VQAScore + (1 - lam) * Agree
   for lam in 0..1 (data from `tables.lambda_sensitivity`), solid lines for correlation
   benchmarks and dashed for choice benchmarks, a dotted line at the run's lam.
+- `open_share_plot`: each metric's primary statistic against the share of questions the
+  caption leaves open, across runs (data from `open_share.open_share_data`), one panel per
+  benchmark, colour and marker per metric, line style per backbone, the runs' intervals as bars.
 
 Figures are built on `matplotlib.figure.Figure` with an Agg canvas, never through pyplot,
 so making them changes no global state and needs no display. Colours are the Okabe-Ito
@@ -33,6 +36,8 @@ from pipeline.reports.tables import (
 
 OKABE_ITO = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#F0E442", "#000000")
 MARKERS = ("o", "s", "D", "^", "v", "P", "X", "*")
+LINESTYLES = ("-", "--", ":", "-.")
+DODGE = 0.008  # horizontal offset between neighbouring lines, as a share of the x range: bars stay apart
 
 
 @dataclass
@@ -141,3 +146,56 @@ def lambda_plot(run: Run, backbone: str, sensitivity: pl.DataFrame) -> Plot | No
     title = f"Sensitivity to the merge weight λ ({backbone})"
     ax.set_title(f"{title}\nλ·VQAScore + (1 − λ)·Agree, run {run.name}", fontsize=10)
     return Plot(file_stem("lambda", backbone), title, figure, [backbone], benchmarks, paper="Figure 9")
+
+
+def open_share_plot(data: pl.DataFrame, metrics: list[str], *, runs: str = "") -> Plot | None:
+    """The primary statistic of each metric in `metrics` against the share asked, one panel per
+    benchmark; tick labels give the share each benchmark realised (from `data.realised_share`)."""
+    data = data.filter(pl.col("metric").is_in(metrics))
+    if data.is_empty():
+        return None
+    benchmarks = list(data["benchmark"].unique(maintain_order=True))
+    backbones = list(data["backbone"].unique(maintain_order=True))
+    shares = sorted(set(data["share"].to_list()))
+    metrics = [m for m in metrics if m in set(data["metric"])]
+    span = (shares[-1] - shares[0]) or 1.0
+    lines = [(b, m) for b in backbones for m in metrics]
+    offsets = {line: (k - (len(lines) - 1) / 2) * DODGE * span for k, line in enumerate(lines)}
+
+    figure = _figure(5.2 * len(benchmarks) + 0.6, 5.4)
+    axes = figure.subplots(1, len(benchmarks), squeeze=False)[0]
+    for ax, benchmark in zip(axes, benchmarks):
+        part = data.filter(pl.col("benchmark") == benchmark)
+        statistic = statistic_label(part["statistic"][0])
+        for (backbone, metric), offset in offsets.items():
+            rows = part.filter((pl.col("backbone") == backbone) & (pl.col("metric") == metric)).sort("share")
+            if rows.is_empty():
+                continue
+            colour, marker = _style(metrics.index(metric))
+            first = backbone == backbones[0]
+            x = [s + offset for s in rows["share"].to_list()]
+            y = [v if v is not None else math.nan for v in rows["value"].to_list()]
+            ax.plot(x, y, color=colour, marker=marker, markersize=5, linestyle=LINESTYLES[backbones.index(backbone) % len(LINESTYLES)],
+                    linewidth=1.4, markerfacecolor=colour if first else "white", markeredgewidth=1.2, label=f"{backbone} {metric}")  # fmt: skip
+            for xi, yi, low, high in zip(x, y, rows["ci_low"].to_list(), rows["ci_high"].to_list()):
+                if all(v is not None and math.isfinite(v) for v in (yi, low, high)):
+                    ax.errorbar(xi, yi, yerr=[[yi - low], [high - yi]], fmt="none", ecolor=colour, elinewidth=0.9, capsize=2, alpha=0.8)
+        realised = dict(part.select("share", "realised_share").unique().iter_rows())
+        ticks = [f"{s:g}\n({'?' if realised.get(s) is None else f'{realised[s]:.2f}'})" for s in shares]
+        ax.set_xticks(shares, labels=ticks, fontsize=8)
+        ax.set_xlim(shares[0] - 0.06 * span, shares[-1] + 0.06 * span)
+        ax.set_title(f"{benchmark_label(benchmark)} ({statistic})", fontsize=10)
+        ax.set_xlabel("questions.open_share asked\n(share of DEPICT questions left open)", fontsize=9)
+        ax.set_ylabel(statistic, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.tick_params(axis="y", labelsize=8)
+
+    handles = [Line2D([], [], color=_style(i)[0], marker=_style(i)[1], linestyle="none", label=metric_label(m)) for i, m in enumerate(metrics)]
+    handles += [
+        Line2D([], [], color="0.2", marker="o", markerfacecolor="0.2" if i == 0 else "white", linestyle=LINESTYLES[i % len(LINESTYLES)], label=b)
+        for i, b in enumerate(backbones)
+    ]
+    figure.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 7), fontsize=8, frameon=False)
+    title = "Metrics against the share of questions the caption leaves open"
+    figure.suptitle(f"{title} (bars: each run's bootstrap 95% interval)" + (f"\n{runs}" if runs else ""), fontsize=11)
+    return Plot("open_share", title, figure, backbones, benchmarks)

@@ -78,7 +78,9 @@ class Run:
     errors: pl.DataFrame
     problems: list[str] = field(default_factory=list)
     outputs: Outputs | None = field(default=None, repr=False)
+    manifest: dict = field(default_factory=dict, repr=False)  # manifest.json as read (config, git_commit, ...)
     _records: dict[str, pl.DataFrame | None] = field(default_factory=dict, repr=False)
+    _questions: pl.DataFrame | None = field(default=None, repr=False)
 
     def path(self, *parts: str) -> str:
         return "/".join([self.url, *parts])
@@ -93,6 +95,12 @@ class Run:
                 frame = _read(outputs, rel, ["item_id", "caption", "question_set", "question", "logp_yes_t", "logp_no_t"])
             self._records[backbone] = frame
         return self._records[backbone]
+
+    def questions(self) -> pl.DataFrame:
+        """The run's questions (`questions.parquet`: caption, question_set, question_id, question)."""
+        if self._questions is None:
+            self._questions = _read(self.outputs or Outputs(self.url, {}), "questions.parquet", ["caption", "question_set", "question_id", "question"])
+        return self._questions
 
     def ladder_order(self) -> list[str]:
         """Backbones grouped by family (families in sweep order), smallest first within one."""
@@ -155,6 +163,7 @@ def open_run(url: str) -> Run:
         errors=errors,
         problems=problems,
         outputs=outputs,
+        manifest=manifest,
     )
 
 

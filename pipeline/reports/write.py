@@ -5,14 +5,19 @@ backbones and benchmarks allow, renders each table in the requested formats and 
 them under `out` (default `<run>/tables/`, local or s3://). `index.json` and `index.md`
 list every file, what each table covers (run, backbones, benchmarks) and, for every table
 that could not be built, why (e.g. no skill tags in the run) - nothing is left out silently.
+
+`write_open_share(run_urls, out)` reads several runs that differ only in
+`questions.open_share` and writes the figure of each metric against that share
+(`open_share.py`), its table, its numbers one per line and an index of its own.
 """
 from __future__ import annotations
 
+import io
 import json
 import time
 from collections.abc import Sequence
 
-from pipeline.reports import figures, tables
+from pipeline.reports import figures, open_share, tables
 from pipeline.reports.finished_run import Run, open_run
 from pipeline.reports.render import RENDERERS
 from pipeline.store.fs import write_bytes_atomic
@@ -147,4 +152,86 @@ def index_markdown(index: dict) -> str:
         lines += ["## Problems reading the run", ""]
         lines += [f"- {p}" for p in index["problems"]]
         lines.append("")
+    return "\n".join(lines)
+
+
+OPEN_SHARE_INDEX = "open_share_index"  # not index.*: `out` may be a run's own tables folder
+
+
+def write_open_share(run_urls: Sequence[str], out: str, formats: Sequence[str] = FORMATS, *, metrics: Sequence[str] | None = None) -> dict:
+    """Write the open-share figure of the runs at `run_urls` under `out`; return its index.
+
+    Files: `open_share.png`, the table `open_share.<fmt>`, `open_share_data.csv` (one line per
+    share, benchmark, backbone and metric, with the realised share) and `open_share_index.json`
+    / `.md`. Raises `open_share.RunsDiffer` for runs that differ in more than the share.
+    """
+    unknown = [f for f in formats if f not in RENDERERS]
+    if unknown or not formats:
+        raise ValueError(f"formats must be a non-empty subset of {list(RENDERERS)}, got {list(formats)}")
+    runs = [open_run(url) for url in run_urls]
+    open_share.check_comparable(runs)
+    drawn = open_share.figure_metrics(runs[0], metrics)
+    data, notes = open_share.open_share_data(runs)
+    table = open_share.open_share_table(data, notes)
+    out = out.rstrip("/")
+    files = {}
+    names = ", ".join(run.name for run in sorted(runs, key=open_share.open_share))
+    for fmt in formats:
+        files[fmt] = f"{table.name}.{fmt}"
+        write_bytes_atomic(f"{out}/{files[fmt]}", RENDERERS[fmt](table, run=names).encode())
+    buffer = io.BytesIO()
+    data.write_csv(buffer)
+    files["data"] = "open_share_data.csv"
+    write_bytes_atomic(f"{out}/{files['data']}", buffer.getvalue())
+    plot = figures.open_share_plot(data, drawn, runs=f"runs {names}")
+    figure = None
+    if plot is not None:
+        figure = f"{plot.name}.png"
+        write_bytes_atomic(f"{out}/{figure}", plot.png())
+    realised = {}
+    for row in data.select("run", "benchmark", "realised_share").unique(maintain_order=True).iter_rows(named=True):
+        realised.setdefault(row["run"], {})[row["benchmark"]] = row["realised_share"]
+    index = {
+        "out": out,
+        "written_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "runs": [
+            {"run": run.url, "run_name": run.name, "open_share": open_share.open_share(run), "realised_share": realised.get(run.url, {}),
+             "problems": run.problems, "run_errors": run.errors.height}
+            for run in sorted(runs, key=open_share.open_share)
+        ],  # fmt: skip
+        "backbones": table.backbones,
+        "benchmarks": table.benchmarks,
+        "figure_metrics": drawn,
+        "table": {"name": table.name, "title": table.title, "files": files, "rows": len(table.rows), "data_rows": data.height},
+        "figure": figure,
+        "notes": table.notes,
+    }
+    write_bytes_atomic(f"{out}/{OPEN_SHARE_INDEX}.json", json.dumps(index, indent=2).encode())
+    write_bytes_atomic(f"{out}/{OPEN_SHARE_INDEX}.md", open_share_markdown(index).encode())
+    return index
+
+
+def open_share_markdown(index: dict) -> str:
+    """The open-share index as a page: the runs with their shares, the files, the figure, notes."""
+    benchmarks = index["benchmarks"]
+    lines = [
+        "# Metrics against the share of open questions",
+        "",
+        f"Backbones: {', '.join(index['backbones']) or 'none'}  ",
+        f"Benchmarks: {', '.join(benchmarks) or 'none'}  ",
+        f"Metrics drawn: {', '.join(index['figure_metrics'])}",
+        "",
+        "| share asked | " + " | ".join(f"{b} realised" for b in benchmarks) + " | run | errors |",
+        "|--:|" + "--:|" * len(benchmarks) + ":--|--:|",
+    ]
+    for run in index["runs"]:
+        shown = [("—" if run["realised_share"].get(b) is None else f"{run['realised_share'][b]:.3f}") for b in benchmarks]
+        lines.append(f"| {run['open_share']:g} | " + " | ".join(shown) + f" | `{run['run']}` | {run['run_errors']} |")
+    files = " ".join(f"[{fmt}]({path})" for fmt, path in index["table"]["files"].items())
+    lines += ["", f"Table: {files}", ""]
+    if index["figure"]:
+        lines += [f"![Metrics against the share of open questions]({index['figure']})", ""]
+    problems = [p for run in index["runs"] for p in run["problems"]]
+    if index["notes"] or problems:
+        lines += ["## Notes", "", *(f"- {n}" for n in [*index["notes"], *problems]), ""]
     return "\n".join(lines)
