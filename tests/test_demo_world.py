@@ -193,7 +193,7 @@ def test_open_questions_join_each_set_at_the_requested_share_with_their_parents(
         added = sum(len(c.open_questions(share)) for c in captions)
         realized[share] = added / (stated + added)
     # what the captions leave open caps the share: near the request at 0.1, below it beyond
-    assert 0.07 < realized[0.1] < 0.13 and 0.17 < realized[0.25] <= 0.25 and realized[0.25] < realized[0.5] <= 0.5
+    assert 0.06 < realized[0.1] < 0.12 and 0.16 < realized[0.25] <= 0.25 and realized[0.25] < realized[0.5] <= 0.5
     cap = demo_world.caption(demo_world.Thing("circle"), demo_world.Thing("square", "red"))
     rows = cap.question_rows(0.5)
     depict = [r["question"] for r in rows if r["question_set"] == "depict"]
