@@ -7,17 +7,19 @@ from pipeline.config import ConfigError, load_config
 def test_default_preset_is_the_demo_on_the_trained_micro_model_with_absolute_paths(tmp_path):
     cfg = load_config([f"root={tmp_path}"])
     assert cfg.sweep.name == "demo"
-    assert cfg.sweep.backbones == ["micro"]
+    assert cfg.sweep.backbones == ["micro", "oracle"] and cfg.backbones["oracle"].engine == "world_oracle"
+    assert list(cfg.benchmarks) == ["demo_large", "demo_large_winoground", "demo_large_mcq"] and cfg.sweep.questions.open_share == 0.25
     assert cfg.backbones["micro"].model_id == "builtin:micro-vlm" and cfg.backbones["micro"].engine == "hf"
     assert cfg.sweep.store == f"{tmp_path}/store"
     assert cfg.run_dir == f"{tmp_path}/runs/demo"
 
 
-def test_smoke_preset_is_the_same_demo_on_the_random_weight_model(tmp_path):
+def test_smoke_preset_is_the_small_demo_on_the_random_weight_model(tmp_path):
     demo, smoke = load_config([f"root={tmp_path}"]), load_config([f"root={tmp_path}", "sweep=smoke"])
     assert smoke.sweep.name == "smoke" and smoke.sweep.backbones == ["smoke"]
     assert smoke.backbones["smoke"].model_id == "builtin:tiny-vlm"
-    assert smoke.sweep.benchmarks == demo.sweep.benchmarks and smoke.sweep.questions == demo.sweep.questions
+    assert smoke.sweep.benchmarks == ["demo", "demo_winoground", "demo_mcq"]  # the default's fixed items, three parts
+    assert smoke.sweep.questions.source == demo.sweep.questions.source == "benchmark" and smoke.sweep.questions.open_share == 0
 
 
 def test_paper_preset_names_eleven_backbones_and_five_benchmarks():
@@ -110,8 +112,8 @@ def test_prompt_ids_change_with_template_text(tmp_path):
 # interval and n_resamples=-5 fails only after all the model work. Each fails at load, naming its
 # key, and nothing is computed (what is lost: nothing).
 RANGE_CASES = [
-    ("benchmark_overrides.demo.limit_groups=-1", "benchmark demo.limit_groups"),
-    ("benchmark_overrides.demo.limit_groups=0", "benchmark demo.limit_groups"),
+    ("benchmark_overrides.demo_large.limit_groups=-1", "benchmark demo_large.limit_groups"),
+    ("benchmark_overrides.demo_large.limit_groups=0", "benchmark demo_large.limit_groups"),
     ("backbone_overrides.micro.batch_size=0", "backbone micro.batch_size"),
     ("backbone_overrides.micro.max_image_pixels=0", "backbone micro.max_image_pixels"),
     ("backbone_overrides.micro.min_image_pixels=0", "backbone micro.min_image_pixels"),
@@ -147,10 +149,10 @@ RANGE_CASES = [
     ("metrics=[]", "metrics"),
     ("run_name=../other", "run_name"),
     ("lease.ttl_s=0", "lease.ttl_s"),
-    ("benchmark_overrides.demo.protocol.breakdowns=[skills]", "benchmark demo.protocol.breakdowns[0]"),
-    ("benchmark_overrides.demo.protocol.statistics=[]", "benchmark demo.protocol.statistics"),
-    ("benchmark_overrides.demo.loader=nope", "benchmark demo.loader"),
-    ("benchmark_overrides.demo.protocol.no_questions=drop", "benchmark demo.protocol.no_questions"),
+    ("benchmark_overrides.demo_large.protocol.breakdowns=[skills]", "benchmark demo_large.protocol.breakdowns[0]"),
+    ("benchmark_overrides.demo_large.protocol.statistics=[]", "benchmark demo_large.protocol.statistics"),
+    ("benchmark_overrides.demo_large.loader=nope", "benchmark demo_large.loader"),
+    ("benchmark_overrides.demo_large.protocol.no_questions=drop", "benchmark demo_large.protocol.no_questions"),
     ("evidence.seed=-1", "evidence.seed"),
     ("evidence.detector.batch_size=0", "evidence.detector.batch_size"),
     ("evidence.detector.box_threshold=1.2", "evidence.detector.box_threshold"),
@@ -170,10 +172,10 @@ def test_out_of_range_values_fail_at_load_naming_the_key(override, key, tmp_path
 
 def test_boundary_values_are_accepted(tmp_path):
     cfg = load_config([
-        f"root={tmp_path}", "benchmark_overrides.demo.limit_groups=1", "bootstrap.n_resamples=10", "lam=0", "compute.gpus_per_engine=0",
-        "compute.cpus_per_engine=0.5", "backbone_overrides.micro.gpu_memory_utilization=1.0", "benchmark_overrides.demo.limit_groups=null",
+        f"root={tmp_path}", "benchmark_overrides.demo_large.limit_groups=1", "bootstrap.n_resamples=10", "lam=0", "compute.gpus_per_engine=0",
+        "compute.cpus_per_engine=0.5", "backbone_overrides.micro.gpu_memory_utilization=1.0", "benchmark_overrides.demo_large.limit_groups=null",
     ])  # fmt: skip
-    assert cfg.benchmarks["demo"].limit_groups is None and cfg.sweep.bootstrap.n_resamples == 10
+    assert cfg.benchmarks["demo_large"].limit_groups is None and cfg.sweep.bootstrap.n_resamples == 10
 
 
 @pytest.mark.parametrize(
@@ -218,8 +220,8 @@ def _job(name: str):
     [
         ("sweep", ["backbones=[smoke"], "'backbones'"),
         ("sweep", ["bootstrap.n_resamples=-5"], "'bootstrap.n_resamples'"),
-        ("sweep", ["benchmark_overrides.demo.limit_groups=-1"], "limit_groups"),
-        ("sweep", ["benchmark_overrides.demo.options.drawn=nope"], "'benchmark demo.options': demo: drawn must be true or false"),
+        ("sweep", ["benchmark_overrides.demo_large.limit_groups=-1"], "limit_groups"),
+        ("sweep", ["benchmark_overrides.demo_large.options.drawn=nope"], "'benchmark demo_large.options': demo: drawn must be true or false"),
         ("sweep", ["benchmarks=[tifa160]", "data_root={tmp}/missing"], "{tmp}/missing/tifa160 does not exist"),
         ("sweep", ["backbones"], "'backbones'"),
         ("curate", ["curation=smoke", "inputs=[/x"], "'inputs'"),
@@ -261,14 +263,14 @@ def test_a_yes_no_only_model_is_refused_as_question_writer(tmp_path):
 def test_overrides_naming_nothing_in_the_run_are_reported(tmp_path, caplog):
     """An override for a benchmark or backbone the run does not have is reported, never dropped without a word."""
     with caplog.at_level("WARNING", logger="pipeline.config"):
-        cfg = load_config([f"root={tmp_path}", "benchmark_overrides.demo_large.limit_groups=2", "backbone_overrides.micr.batch_size=8"])
+        cfg = load_config([f"root={tmp_path}", "benchmark_overrides.demo.limit_groups=2", "backbone_overrides.micr.batch_size=8"])
     said = [r.getMessage() for r in caplog.records]
-    assert any(m.startswith("benchmark_overrides.demo_large: no benchmark of this run is named demo_large (this run's: demo,") for m in said), said
-    assert any(m.startswith("backbone_overrides.micr: no backbone of this run is named micr (this run's: micro)") for m in said), said
-    assert "demo_large" not in cfg.benchmarks
+    assert any(m.startswith("benchmark_overrides.demo: no benchmark of this run is named demo (this run's: demo_large,") for m in said), said
+    assert any(m.startswith("backbone_overrides.micr: no backbone of this run is named micr (this run's: micro, oracle)") for m in said), said
+    assert "demo" not in cfg.benchmarks
     caplog.clear()
     with caplog.at_level("WARNING", logger="pipeline.config"):
-        load_config([f"root={tmp_path}", "benchmark_overrides.demo.limit_groups=2"])
+        load_config([f"root={tmp_path}", "benchmark_overrides.demo_large.limit_groups=2"])
     assert caplog.records == []
 
 

@@ -251,7 +251,7 @@ def test_heldout_draws_are_answered_with_their_truth(spec, config):
     answered = answer_world_requests(load_engine(spec), requests, config.prompts.templates)
     said = answers_of(np.array([(a.logp_yes, a.logp_no) for a in answered]))
     assert said == [r.answer for r in requests]
-    assert said.count(None) == 30
+    assert said.count(None) == sum(r.answer is None for r in requests) >= 30
 
 
 def test_flipping_one_relation_in_the_question_table_fails_the_truth_check(demo_requests, spec, monkeypatch):

@@ -45,9 +45,9 @@ def test_the_sweep_checks_every_folder_its_workers_touch(tmp_path):
     from pipeline.config import load_config
     from pipeline.sweep import sweep_paths
 
-    cfg = load_config([f"root={tmp_path}", f"benchmark_overrides.demo.root={tmp_path}/elsewhere"])
+    cfg = load_config([f"root={tmp_path}", f"benchmark_overrides.demo_large.root={tmp_path}/elsewhere"])
     paths = sweep_paths(cfg)
-    assert paths["root"] == str(tmp_path) and paths["benchmark_overrides.demo.root"] == f"{tmp_path}/elsewhere"
+    assert paths["root"] == str(tmp_path) and paths["benchmark_overrides.demo_large.root"] == f"{tmp_path}/elsewhere"
     assert {"store", "data_root"} <= set(paths)
 
 
