@@ -1,8 +1,9 @@
 """Run (or resume) a sweep: `python jobs/sweep.py [sweep=demo] [key=value ...]`.
 
-With no sweep= it runs the built-in default (conf/sweep/demo.yaml: the demo benchmark scored by
-builtin:micro-vlm, a small model trained on the demo world and shipped in the package); sweep=smoke
-is the same run on a random-weight model (a plumbing check).
+With no sweep= it runs the built-in default (conf/sweep/demo.yaml: the large demo benchmark scored
+by builtin:micro-vlm, a small model trained on the demo world and shipped in the package, beside
+the world-truth oracle); sweep=smoke runs the demo's fixed items on a random-weight model (a
+plumbing check).
 
 Locally this starts Ray on this machine; on a cluster submit it with
 `ray job submit --working-dir . -- python jobs/sweep.py sweep=paper root=s3://bucket/depict`.
