@@ -32,7 +32,13 @@ scene's objects and each caption's words), so neither the held-out draws `evalua
 any benchmark item was ever a training draw, word for word or otherwise. The run began under an
 open-question rule that also counted a colour or a count as open when the caption named the
 shape a second time ("a star and three red stars": "Is there a red star?"), a rare caption form
-fixed while it trained. What it measures: MEASURED_BY_EVALUATE
+fixed while it trained. `evaluate` then measured, on held-out draws (n_per_type=100: 1,050
+requests) and on the default run's benchmark requests (the large demo at open_share 0.25): image
+1.000 and 1.000 (every fact type 1.000), caption-only 1.000 and 1.000, holistic AUC 0.9995 and
+1.000, open questions' median |P(yes) - 0.5| 0.011 and 0.012, hybrid captions 1.000, median
+answer mass 1.00; 0 of the held-out and 0 of the benchmark requests repeat a request of a
+300,000-draw training stream. The training log's last held-out check (after 6,603 s, 7,974
+steps, 1,072,440 requests): image 1.0, caption 1.0, holistic 0.99, open 0.013.
 
 `evaluate` answers held-out draws and the demo benchmark's own requests through the engine the
 backbone config names (hf or vllm) and prints accuracy per request kind and fact type, the

@@ -331,8 +331,9 @@ def evaluate_micro_vlm(backbone: str = "micro", n_per_type: int = 200, seed: int
     from pipeline.config import load_config
     from pipeline.model_guard import require_models
 
-    if not any(o.startswith("questions.open_share=") for o in overrides):  # the benchmark's questions as the default run asks them
-        overrides = [*overrides, f"questions.open_share={load_config(['sweep=demo']).sweep.questions.open_share}"]
+    default = load_config(["sweep=demo"]).sweep  # the benchmark's items and questions as the default run has them
+    if not any(o.startswith("questions.open_share=") for o in overrides):
+        overrides = [*overrides, f"questions.open_share={default.questions.open_share}"]
     cfg = load_config([f"backbones=[{backbone}]", *overrides])
     spec = cfg.backbones[backbone]
     require_models([spec])
@@ -341,7 +342,7 @@ def evaluate_micro_vlm(backbone: str = "micro", n_per_type: int = 200, seed: int
     loaded = time.monotonic() - start
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            requests, templates = benchmark_requests(root or tmp, backbone, overrides)
+            requests, templates = benchmark_requests(root or tmp, backbone, overrides, benchmarks=default.benchmarks)
             start = time.monotonic()
             bench = answer_benchmark_requests(engine, requests, templates, spec.system_prompt)
         held_requests = heldout_requests(n_per_type, seed)

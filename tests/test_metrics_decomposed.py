@@ -302,6 +302,18 @@ def test_dsg_by_hand():
     assert got == {"dsg": (0.5, None), "dsg_nodep": (0.75, None)}
 
 
+def test_dsg_with_its_parents_ignored_fails_the_hand_computed_item():
+    """The mutation the demo cannot show (its answerers never credit a detail of a missing thing):
+    the production code with the graph's rule removed scores the hand-built item as nodep."""
+    from mutation import mutated
+    from operators.metrics import decomposed
+
+    table = dsg_table({"d": [("1", ["0"], 0.9), ("2", ["1"], 0.2), ("3", ["2"], 0.7), ("4", ["1"], 0.6)]})
+    with mutated(decomposed, 'dep=(pl.col("yes") & ~pl.col("blocked")).cast(pl.Float64).mean(),', 'dep=pl.col("yes").cast(pl.Float64).mean(),'):
+        ignored = by_metric(dsg_scores(table, ["d"]), "d")
+    assert ignored["dsg"] == (0.75, None) != by_metric(dsg_scores(table, ["d"]), "d")["dsg"]
+
+
 def test_dsg_uses_the_parents_original_answers():
     # Official rule (j-min/DSG calc_vqa_score): parents are read from the unfiltered answers.
     # q1 root says no; q2 (parent 1) says yes -> zeroed; q3 (parent 2) says yes and q2's

@@ -29,17 +29,17 @@ from pipeline.sweep import run_sweep
 pytestmark = pytest.mark.slow
 
 FAST = ["compute.progress_bars=false", "bootstrap.n_resamples=200"]
-RERUN = ["bootstrap.n_resamples=10", "backbones=[micro]", "benchmarks=[demo_large]"]  # what the floors read
+RERUN = ["bootstrap.n_resamples=10", "backbones=[micro]", "benchmarks=[demo_large,demo_large_winoground]"]  # what the floors read
 
-# Named floors the default run meets and each mutation below breaks (micro's answers, demo_large).
+# Named floors the default run meets and each mutation below breaks (micro's answers).
 FLOORS = {
-    "depict_srcc": 0.80,  # DEPICT ranks the 192 pairs as the simulated raters do
+    "depict_srcc": 0.85,  # DEPICT ranks demo_large's 192 pairs as the simulated raters do
     "soft_tifa_srcc": 0.35,  # Soft-TIFA, which expects Yes everywhere, still follows the ratings
-    "agree_on_true_captions": 0.92,  # a caption true of its image is not marked down for what it leaves open
-    "merge_gain": 0.01,  # DEPICT's SRCC above its agreement term's: what merging VQAScore in buys
-    "dsg_gated_items": 2,  # DSG's graph withholds a child's credit where the model saw no parent, on 2+ items
+    "agree_on_true_captions": 0.95,  # a caption true of its image is not marked down for what it leaves open
+    "depict_winoground": 0.99,  # DEPICT wins every Winoground-style group
 }
-MEASURED = {"depict_srcc": None, "soft_tifa_srcc": None, "agree_on_true_captions": None, "merge_gain": None, "dsg_gated_items": None}
+# Measured with the shipped model: the default run, then each mutation (scripts in the closing notes).
+MEASURED = {"depict_srcc": 0.913, "soft_tifa_srcc": 0.559, "agree_on_true_captions": 0.992, "depict_winoground": 1.0}
 
 
 def accuracy(records: pl.DataFrame, side: str) -> float:
@@ -66,19 +66,19 @@ def true_captions(run_dir: Path) -> pl.DataFrame:
 
 
 def floors(result, backbone: str = "micro") -> dict[str, float]:
-    """The named floors' values of a finished run, for one backbone, on demo_large."""
+    """The named floors' values of a finished run, for one backbone."""
     run_dir = Path(result.run_dir)
-    stats = result.statistics.filter(pl.col("benchmark") == "demo_large", pl.col("backbone") == backbone,
-                                     pl.col("statistic") == "srcc", pl.col("subset") == "all")
-    srcc = dict(stats.select("metric", "value").iter_rows())
+    stats = result.statistics.filter(pl.col("backbone") == backbone, pl.col("subset") == "all")
+    srcc = dict(stats.filter(pl.col("benchmark") == "demo_large", pl.col("statistic") == "srcc").select("metric", "value").iter_rows())
+    groups = dict(stats.filter(pl.col("benchmark") == "demo_large_winoground", pl.col("statistic") == "group_acc")
+                  .select("metric", "value").iter_rows())
     scores = pl.read_parquet(run_dir / "scores" / f"{backbone}.parquet").filter(pl.col("benchmark") == "demo_large")
     wide = scores.pivot(on="metric", index="item_id", values="score").join(true_captions(run_dir), on="item_id")
     return {
         "depict_srcc": srcc["depict"],
         "soft_tifa_srcc": srcc["soft_tifa_am"],
         "agree_on_true_captions": wide.filter(pl.col("true_caption"))["agree"].mean(),
-        "merge_gain": srcc["depict"] - srcc["agree"],
-        "dsg_gated_items": wide.filter(pl.col("dsg") < pl.col("dsg_nodep")).height,
+        "depict_winoground": groups["depict"],
     }
 
 
@@ -176,16 +176,18 @@ SIDES = ('    p_v = yes_probability_expr("logp_yes_v", "logp_no_v", convention)\
 V, T = '"logp_yes_v", "logp_no_v"', '"logp_yes_t", "logp_no_t"'
 SWAPPED = SIDES.replace(V, "<v>").replace(T, V).replace("<v>", T)  # p_v read from the caption-only answer, p_t from the image's
 MUTATIONS = {
-    # name: (module, production text, the bug, the floor it must break)
-    "p_v and p_t swapped in DEPICT's formula": (decomposed, SIDES, SWAPPED, "agree_on_true_captions"),
-    "commitment read from p_v": (decomposed, COMMITMENT, COMMITMENT.replace("p_t", "p_v"), "agree_on_true_captions"),
-    "commitment dropped (uniform weights)": (decomposed, COMMITMENT, "commitment=pl.lit(1.0),\n        )", "agree_on_true_captions"),
-    "holistic merge dropped": (holistic, MERGE, 'score = pl.col("term_score")', "merge_gain"),
-    "holistic merge weight inverted": (holistic, MERGE, MERGE.replace('pl.col("hol_score")', '(1.0 - pl.col("hol_score"))'), "depict_srcc"),
-    "Soft-TIFA reads p_t": (decomposed, "            p_v=p_v,\n", "            p_v=p_t,\n", "soft_tifa_srcc"),
-    "DSG parents ignored": (decomposed, 'dep=(pl.col("yes") & ~pl.col("blocked")).cast(pl.Float64).mean(),',
-                            'dep=pl.col("yes").cast(pl.Float64).mean(),', "dsg_gated_items"),
+    # name: (module, production text, the bug, the floor it must break); measured values after the arrows
+    "p_v and p_t swapped in DEPICT's formula": (decomposed, SIDES, SWAPPED, "agree_on_true_captions"),  # 0.992 -> 0.903
+    "commitment read from p_v": (decomposed, COMMITMENT, COMMITMENT.replace("p_t", "p_v"), "agree_on_true_captions"),  # -> 0.903
+    "commitment dropped (uniform weights)": (decomposed, COMMITMENT, "commitment=pl.lit(1.0),\n        )", "agree_on_true_captions"),  # -> 0.903
+    "holistic merge dropped": (holistic, MERGE, 'score = pl.col("term_score")', "depict_winoground"),  # 1.000 -> 0.958 (one group of 24)
+    "holistic merge weight inverted": (holistic, MERGE, MERGE.replace('pl.col("hol_score")', '(1.0 - pl.col("hol_score"))'),
+                                       "depict_srcc"),  # 0.913 -> -0.363
+    "Soft-TIFA reads p_t": (decomposed, "            p_v=p_v,\n", "            p_v=p_t,\n", "soft_tifa_srcc"),  # 0.559 -> -0.073
 }
+# DSG's parents are not among them: both backbones answer a question about a thing's detail No
+# when the thing is missing, so the graph changes no demo score (dsg = dsg_nodep on all 192
+# pairs) and ignoring it cannot show here; tests/test_metrics_decomposed.py catches it by hand.
 
 
 @pytest.mark.parametrize("name", sorted(MUTATIONS))
@@ -206,7 +208,7 @@ def test_answers_joined_to_another_items_image_break_the_ranking(default_run, tm
     bug = plan.replace('"image_hash", "image_uri"', 'pl.col("image_hash").reverse().over("caption"), "image_uri"')
     with mutated(requests, plan, bug):
         values = floors(rerun(default_run, tmp_path))
-    assert "depict_srcc" in broken(values), values
+    assert "depict_srcc" in broken(values), values  # 0.913 -> 0.627
 
 
 def test_answers_computed_in_parts_of_8_are_the_bits_of_parts_of_64(default_run, tmp_path):
