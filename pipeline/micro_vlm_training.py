@@ -323,7 +323,7 @@ def floors(table: pl.DataFrame) -> dict[str, bool]:
 
 
 def evaluate_micro_vlm(backbone: str = "micro", n_per_type: int = 200, seed: int = 0, root: str | None = None, out: str | None = None,
-                       overrides: Sequence[str] = ()) -> dict[str, pl.DataFrame]:
+                       overrides: Sequence[str] = (), n_train: int = 300_000) -> dict[str, pl.DataFrame]:
     """Held-out and benchmark tables for `backbone` (a conf/backbones name), printed and returned."""
     import tempfile
 
@@ -358,7 +358,7 @@ def evaluate_micro_vlm(backbone: str = "micro", n_per_type: int = 200, seed: int
             print(table)
             if name != "heldout_hybrid":  # caption-only requests alone: no floors of their own
                 print("floors:", json.dumps(floors(table)))
-    overlap = verbatim_overlap(held_requests, requests)
+    overlap = verbatim_overlap(held_requests, requests, n_train)
     print("verbatim repeats of a training stream's requests:", json.dumps(overlap))
     print(f"engine load {loaded:.1f}s; {len(held) + len(bench) + len(hybrid)} requests in {answered:.1f}s")
     if out:

@@ -306,6 +306,7 @@ def test_dsg_with_its_parents_ignored_fails_the_hand_computed_item():
     """The mutation the demo cannot show (its answerers never credit a detail of a missing thing):
     the production code with the graph's rule removed scores the hand-built item as nodep."""
     from mutation import mutated
+
     from operators.metrics import decomposed
 
     table = dsg_table({"d": [("1", ["0"], 0.9), ("2", ["1"], 0.2), ("3", ["2"], 0.7), ("4", ["1"], 0.6)]})

@@ -128,9 +128,11 @@ def test_the_evaluate_job_prints_and_writes_its_three_tables(tmp_path, capsys):
     floors, and held-out hybrid captions (a thing stated beside a thing denied) on their own."""
     from pipeline.micro_vlm_training import evaluate_micro_vlm, hybrid_requests
 
-    tables = evaluate_micro_vlm(n_per_type=2, root=str(tmp_path / "root"), out=str(tmp_path / "out"))
+    tables = evaluate_micro_vlm(n_per_type=2, root=str(tmp_path / "root"), out=str(tmp_path / "out"), n_train=3000)
     assert sorted(tables) == ["benchmark", "heldout", "heldout_hybrid"]
-    assert {p.name for p in (tmp_path / "out").iterdir()} == {"benchmark.csv", "heldout.csv", "heldout_hybrid.csv"}
+    assert {p.name for p in (tmp_path / "out").iterdir()} == {"benchmark.csv", "heldout.csv", "heldout_hybrid.csv", "overlap.json"}
+    overlap = json.loads((tmp_path / "out" / "overlap.json").read_text())
+    assert overlap["training_draws"] == 3000 and overlap["heldout_repeats"] == overlap["benchmark_repeats"] == 0 < overlap["heldout_requests"]
     hybrid = tables["heldout_hybrid"]
     assert set(hybrid["kind"]) == {"caption"} and hybrid.filter(hybrid["fact_type"] == "all")["n"].item() == 6
     assert all(" no " in f" {r.caption} " for r in hybrid_requests(20))
