@@ -72,7 +72,7 @@ def test_killed_rerun_with_other_settings_is_refused_then_completes(finished, tm
     log_path = tmp_path / "rerun.log"
     scores = run_dir / "scores" / "smoke.parquet"
     # A large bootstrap keeps the statistics stage busy long after the new scores are written.
-    rerun = [f"root={root}", *SMALL, "lam=0.2", "bootstrap.n_resamples=100000"]
+    rerun = [f"root={root}", *SMALL, "lam=0.2", "bootstrap.n_resamples=500000"]
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             [sys.executable, "jobs/sweep.py", *rerun], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
