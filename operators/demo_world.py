@@ -577,8 +577,11 @@ def caption_slot(text: str) -> int:
     return content_slot("caption:" + " ".join(sorted(text.split())))
 
 
+_SPLIT_OF_SLOT = {slot: split for split, slot in SLOT_OF_SPLIT.items()}
+
+
 def split_of_slot(slot: int) -> str:
-    return {v: k for k, v in SLOT_OF_SPLIT.items()}.get(slot, "train")
+    return _SPLIT_OF_SLOT.get(slot, "train")
 
 
 def reserved_scene(scene_: Scene) -> bool:

@@ -39,8 +39,7 @@ def mutated(module: types.ModuleType, old: str, new: str) -> Iterator[None]:
     saved = {}
     for name, original in originals.items():
         mutant = mutants.get(name)
-        if mutant is not None and mutant.__code__.co_code != original.__code__.co_code or (
-                mutant is not None and mutant.__code__.co_consts != original.__code__.co_consts):
+        if mutant is not None and (mutant.__code__.co_code, mutant.__code__.co_consts) != (original.__code__.co_code, original.__code__.co_consts):
             saved[name] = original.__code__
             original.__code__ = mutant.__code__.replace(co_filename=original.__code__.co_filename)
     if not saved:
