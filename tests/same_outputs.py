@@ -15,9 +15,13 @@ FITTED = pl.col("statistic") == "plcc"
 
 
 def assert_same_table(name: str, got: pl.DataFrame, want: pl.DataFrame) -> None:
-    if name != "statistics" or "statistic" not in got.columns:
-        assert_frame_equal(got, want, check_exact=True)
-        return
-    assert_frame_equal(got.drop("value"), want.drop("value"), check_exact=True)
-    assert_frame_equal(got.filter(~FITTED), want.filter(~FITTED), check_exact=True)
-    assert_frame_equal(got.filter(FITTED), want.filter(FITTED), check_exact=False, rtol=1e-9, atol=0.0)
+    """AssertionError naming the table (`name`, e.g. "statistics") and polars' first difference."""
+    try:
+        if name != "statistics" or "statistic" not in got.columns:
+            assert_frame_equal(got, want, check_exact=True)
+            return
+        assert_frame_equal(got.drop("value"), want.drop("value"), check_exact=True)
+        assert_frame_equal(got.filter(~FITTED), want.filter(~FITTED), check_exact=True)
+        assert_frame_equal(got.filter(FITTED), want.filter(FITTED), check_exact=False, rtol=1e-9, atol=0.0)
+    except AssertionError as exc:
+        raise AssertionError(f"{name}: {exc}") from None
