@@ -548,6 +548,15 @@ def render(scene_: Scene) -> np.ndarray:
     return pixels
 
 
+@functools.lru_cache(maxsize=None)
+def object_box(shape: str, row: int, col: int) -> tuple[int, int, int, int]:
+    """The tight box of a drawn shape in pixels, [x0, y0, x1, y1) as `render` fills it."""
+    y, x = np.mgrid[0:SIZE, 0:SIZE] + 0.5
+    cell = SIZE / 3
+    ys, xs = np.nonzero(_shape_mask(shape, (col + 0.5) * cell, (row + 0.5) * cell, x, y))
+    return int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1
+
+
 def png_bytes(indices: np.ndarray) -> bytes:
     """An 8-bit palette PNG with stored (uncompressed) deflate blocks: same bytes everywhere."""
     height, width = indices.shape
