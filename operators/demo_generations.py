@@ -29,6 +29,9 @@ from operators.judge_output import BOX_GRID, HOLISTIC_RANGE
 
 QUESTION_TEMPLATES = {"depict": "generate_questions", "dsg": "generate_dsg", "claims": "generate_claims"}
 JUDGE_TEMPLATES = {"holistic": "judge_holistic", "decomposed": "judge_decomposed"}
+# The share of open questions a writer's question sets hold: the micro VLM learnt to write this
+# share, and the oracle writes it (the demo's `questions.open_share` sets benchmark questions).
+WRITTEN_OPEN_SHARE = 0.25
 REFUSAL = "This description uses words I was not taught, so I cannot answer."
 CLAIM_SCORE = {True: 0.95, False: 0.05}
 EXPLANATION = {True: "The image shows this.", False: "The image does not show this."}
@@ -74,17 +77,18 @@ def grid_box(obj: demo_world.SceneObject) -> list[int]:
 
 
 def evidence(fact: demo_world.Fact, scene: demo_world.Scene) -> list[demo_world.SceneObject]:
-    """The scene objects a fact is about, in scene order: the matching things (for a relation,
-    the subjects and objects of the pairs that hold it). A denial points at what contradicts it,
-    so a true denial has no box."""
-    found = demo_world._matching(scene, fact.shape, fact.colour)
+    """The scene objects a fact is about, in reading order (by row, then column: what the image
+    shows, whatever order the scene lists them in): the matching things (for a relation, the
+    subjects and objects of the pairs that hold it). A denial points at what contradicts it, so
+    a true denial has no box."""
+    found = sorted(demo_world._matching(scene, fact.shape, fact.colour), key=lambda o: (o.row, o.col))
     if fact.kind != "spatial":
         return found
     holds = demo_world.RELATIONS[fact.relation]
     targets = demo_world._matching(scene, *fact.other)
     pairs = [(s, o) for s in found for o in targets if s is not o and holds(s, o)]
     chosen = {obj for pair in pairs for obj in pair}
-    return [o for o in scene if o in chosen]
+    return sorted(chosen, key=lambda o: (o.row, o.col))
 
 
 def judge_text(caption: demo_world.Caption, scene: demo_world.Scene, kind: str) -> str:
@@ -102,3 +106,18 @@ def judge_text(caption: demo_world.Caption, scene: demo_world.Scene, kind: str) 
             "score": CLAIM_SCORE[holds], "explanation": EXPLANATION[holds],
         })
     return _dumps({"claims": claims, "overall": overall})
+
+
+def answer_to(template: str, caption: demo_world.Caption, scene: demo_world.Scene | None = None) -> str:
+    """What a faithful writer answers to the generation template named `template` (a key of
+    conf/prompts: generate_questions, generate_dsg, generate_claims, judge_holistic,
+    judge_decomposed) about `caption` (and, for the judge, `scene`)."""
+    for qset, name in QUESTION_TEMPLATES.items():
+        if name == template:
+            return question_text(caption, qset, WRITTEN_OPEN_SHARE)
+    for kind, name in JUDGE_TEMPLATES.items():
+        if name == template:
+            if scene is None:
+                raise ValueError(f"{template}: the judge needs the image's scene")
+            return judge_text(caption, scene, kind)
+    raise ValueError(f"{template!r} is not a generation template; valid: {[*QUESTION_TEMPLATES.values(), *JUDGE_TEMPLATES.values()]}")
