@@ -548,7 +548,7 @@ def render(scene_: Scene) -> np.ndarray:
     return pixels
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def object_box(shape: str, row: int, col: int) -> tuple[int, int, int, int]:
     """The tight box of a drawn shape in pixels, [x0, y0, x1, y1) as `render` fills it."""
     y, x = np.mgrid[0:SIZE, 0:SIZE] + 0.5

@@ -108,3 +108,30 @@ def summary(written: Sequence[Written]) -> dict[str, dict[str, float]]:
         out[kind] = {"n": len(mine), "parse": round(sum(w.parsed for w in mine) / len(mine), 3),
                      "exact": round(sum(w.exact for w in mine) / len(mine), 3)}
     return out
+
+
+def question_match(questions, captions: Sequence[str], sets: Sequence[str] = tuple(PARSERS)) -> dict[str, dict[str, float]]:
+    """A run's written questions (its QUESTIONS table) against the world's, per question set:
+    `parse`, the share of captions with any rows of that set (an unparseable generation leaves
+    none), and `exact`, the share whose rows are exactly the world's
+    (`Caption.question_rows(WRITTEN_OPEN_SHARE)`, source aside)."""
+    from operators.engines.world_oracle import parse_caption
+
+    columns = ["question_set", "question_id", "question", "parents", "claim_type"]
+    written: dict[tuple[str, str], list[dict]] = {}
+    for row in questions.select("caption", *columns).iter_rows(named=True):
+        written.setdefault((row.pop("caption"), row["question_set"]), []).append({**row, "parents": list(row["parents"] or [])})
+    out = {}
+    for qset in sets:
+        parsed = exact = 0
+        for text in captions:
+            rows = written.get((text, qset))
+            if rows is None:
+                continue
+            parsed += 1
+            want = [{k: r[k] for k in columns} for r in parse_caption(text).question_rows(demo_generations.WRITTEN_OPEN_SHARE)
+                    if r["question_set"] == qset]
+            got = sorted(rows, key=lambda r: int(r["question_id"]))
+            exact += got == [{**r, "parents": list(r["parents"])} for r in want]
+        out[qset] = {"n": len(captions), "parse": round(parsed / len(captions), 3), "exact": round(exact / len(captions), 3)}
+    return out
