@@ -28,6 +28,7 @@ import polars as pl
 import pytest
 from ray_nodes import RayHead, ray_head
 from s3_server import S3Server, running_s3_server
+from same_outputs import assert_same_table
 
 from pipeline.config import load_config
 from pipeline.sweep import run_sweep
@@ -136,7 +137,7 @@ def assert_same_results(scores: pl.DataFrame, statistics: pl.DataFrame, referenc
     assert scores.height > 0 and scores["score"].null_count() == 0
     assert scores.sort("item_id", "metric").equals(pl.read_parquet(reference / "scores" / "smoke.parquet").sort("item_id", "metric"))
     order = ["benchmark", "backbone", "metric", "subset", "statistic"]
-    assert statistics.sort(order).equals(pl.read_parquet(reference / "statistics.parquet").sort(order))
+    assert_same_table("statistics", statistics.sort(order), pl.read_parquet(reference / "statistics.parquet").sort(order))
 
 
 def assert_nothing_heavy_uploaded(package: Path) -> None:
