@@ -10,7 +10,7 @@ prompts are the run's own generation templates (`operators.answering.generate_ba
   for the judge, whose text is what a faithful judge writes (`operators.demo_generations`);
 - for the judge, `valid` is the parse rate (operators/judge_output.py's strict schema).
 
-`FLOORS` are issue 45's: parse >= 0.99 and exact >= 0.95 per question format.
+`FLOORS`: parse >= 0.99 and exact >= 0.95 per question format.
 """
 from __future__ import annotations
 
