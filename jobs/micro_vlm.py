@@ -8,7 +8,9 @@ r"""Train or measure the built-in micro VLM (builtin:micro-vlm):
 argument is checked and `out` is written to before training starts (a bad value: one line, exit
 2; a folder that cannot be written: one line, exit 4). Every `checkpoint_minutes` the model is
 saved to out/checkpoint (float32), so a kill or a failed final save loses minutes, not the run:
-`init=DIR/checkpoint` continues from it; the checkpoint is removed once the final model is saved.
+`resume=DIR/checkpoint out=DIR` goes on with that run where it stopped (its step, clock, schedule,
+optimizer and draws), `init=DIR/checkpoint` starts a new run from its weights; the checkpoint is
+removed once the final model is saved.
 
 `train` runs the recipe of operators/micro_vlm_recipe.py: a Qwen3-VL (1,219,008 parameters, text
 head_dim 32) trained on fresh draws of the demo world's three yes/no request kinds, saved with
@@ -64,7 +66,9 @@ from pipeline.micro_vlm_training import (  # noqa: E402
     check_writable,
     evaluate_micro_vlm,
     fact_type_weights,
+    lessons_per_step,
     requests_per_step,
+    resume_options,
     shipped_folder,
     train_micro_vlm,
 )
@@ -81,11 +85,13 @@ def share(value: str) -> float:
 
 
 WRITTEN_AS = {fact_type_weights: "list of fact_type:weight", requests_per_step: "list of kind:count",
+              lessons_per_step: "list of lesson_kind:count",
               share: "number between 0 and 1"}
 ALLOWED = {"train": {"out": str, "seconds": float, "seed": int, "threads": int, "lr": float, "init": str,
                      "warmup_seconds": float, "position_weight": float, "type_weights": fact_type_weights,
                      "per_step": requests_per_step, "hybrid_share": share, "negbench_share": share, "open_share": share,
-                     "checkpoint_minutes": float},
+                     "checkpoint_minutes": float, "write_per_step": lessons_per_step, "write_weight": float,
+                     "refusal_share": share, "write_open_share": float, "write_eval_every": float, "resume": str},
            "evaluate": {"backbone": str, "n_per_type": int, "seed": int, "out": str}}
 
 
@@ -109,6 +115,12 @@ def parse(command: str, rest: list[str]) -> dict:
                                  f"weights in {shipped_folder()}")
             if args["out"] == BUILTIN_OUT:
                 args["out"] = shipped_folder()
+            if "resume" in args:  # the checkpoint's own options, the same run going on
+                extra = sorted(set(args) - {"out", "threads", "resume"})
+                if extra:
+                    raise ValueError(f"resume= goes on with the checkpoint's own options; leave out {', '.join(extra)}")
+                folder = args.pop("resume")
+                args = {**resume_options(folder), **args, "init": folder, "resume": True}
             check_train_options(**args)
         elif args.get("n_per_type", 1) < 1:
             raise ValueError(f"n_per_type must be a whole number of 1 or more, got {args['n_per_type']}")

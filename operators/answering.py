@@ -272,6 +272,7 @@ def generate_batch(
     system: str | None = None,
 ) -> tuple[pa.Table, pa.Table]:
     """Greedy generations for rows with columns key, backbone, kind (questions|dsg|claims), caption."""
+    tell_templates(engine, templates)
     rows = rows_of(batch)
     users: list = [None] * len(rows)
     by_kind: dict[str, list[int]] = {}
@@ -320,6 +321,7 @@ def generate_image_batch(
     image_uri and caption. Each image is decoded once per batch; an unreadable image or a
     failing prompt is one error row, and the rest of the batch is still generated.
     """
+    tell_templates(engine, templates)
     rows = rows_of(batch)
     images, failures = ImageCache(load_image).load(rows)
     errors: list[dict] = []

@@ -319,16 +319,36 @@ class Caption:
 
     def open_questions(self, share: float) -> list[Fact]:
         """The open facts a question set of this caption asks about when `share` of its
-        questions are open: share / (1 - share) * stated facts of them, rounded up or down at
-        random (fewer when the caption leaves fewer open), drawn by a generator seeded with the
-        caption text (the same on every machine)."""
+        questions are open: share / (1 - share) * stated facts of them, rounded half up (fewer
+        when the caption leaves fewer open), taken in `open_priority` order. A rule, not a
+        draw: a question writer can learn it, and the same caption always gets the same set."""
         if not 0.0 <= share <= 0.5:
             raise ValueError(f"open question share must be between 0 and 0.5, got {share}")
-        rng = random.Random("open-questions/" + self.text)
-        expected = share / (1.0 - share) * len(self.facts)
-        wanted = int(expected) + (rng.random() < expected - int(expected))  # rounded at random: the share holds on average
+        wanted = math.floor(share / (1.0 - share) * len(self.facts) + 0.5)
+        return self.open_priority()[:wanted]
+
+    def open_priority(self) -> list[Fact]:
+        """The open facts in the order a writer asks about them (docs/method.md, "Questions"):
+        first one question per kind and thing — the colour of each uncoloured thing (the first
+        colour the caption does not name), then whether each thing is one of two, then the first
+        relation of each unrelated pair — then everything else in `open_facts` order."""
         candidates = self.open_facts()
-        return rng.sample(candidates, min(wanted, len(candidates)))
+        named = {f.colour for f in self.facts if f.colour}
+        first_colour = next((c for c in COLOURS if c not in named), None)
+        seen_pairs: set[tuple] = set()
+        rank = {}
+        for index, fact in enumerate(candidates):
+            if fact.kind == "colour":
+                first = fact.colour == first_colour
+                tier = 0
+            elif fact.kind == "count":
+                first, tier = True, 1
+            else:
+                pair = ((fact.shape, fact.colour), fact.other)
+                first, tier = pair not in seen_pairs, 2
+                seen_pairs.add(pair)
+            rank[fact] = (tier if first else 3, index)
+        return sorted(candidates, key=rank.__getitem__)
 
     def question_rows(self, open_share: float = 0.0) -> list[dict]:
         """The caption's questions in all three sets, as QUESTIONS rows (source: benchmark): one
@@ -526,6 +546,15 @@ def render(scene_: Scene) -> np.ndarray:
         mask = _shape_mask(obj.shape, (obj.col + 0.5) * cell, (obj.row + 0.5) * cell, x, y)
         pixels[mask] = _PALETTE_INDEX[obj.colour]
     return pixels
+
+
+@functools.cache
+def object_box(shape: str, row: int, col: int) -> tuple[int, int, int, int]:
+    """The tight box of a drawn shape in pixels, [x0, y0, x1, y1) as `render` fills it."""
+    y, x = np.mgrid[0:SIZE, 0:SIZE] + 0.5
+    cell = SIZE / 3
+    ys, xs = np.nonzero(_shape_mask(shape, (col + 0.5) * cell, (row + 0.5) * cell, x, y))
+    return int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1
 
 
 def png_bytes(indices: np.ndarray) -> bytes:

@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from operators import demo_world
+from operators import demo_world, micro_vlm_writing
 from operators.engines.base import Prompt
 from operators.prompts import fill
 
@@ -58,8 +58,9 @@ SHORT_TEMPLATES = {"answer_image": "{question}", "holistic": "{caption}?"}
 # ---------------------------------------------------------------------------- building
 
 
-def tokenizer_corpus(templates: Mapping[str, str], seed: int = 0, n: int = 1500) -> list[str]:
-    """Prompts of every kind, filled with sampled demo captions and questions, plus the answers."""
+def tokenizer_corpus(templates: Mapping[str, str], seed: int = 0, n: int = 1500, writing: bool = False) -> list[str]:
+    """Prompts of every kind, filled with sampled demo captions and questions, plus the answers;
+    with `writing`, the writing lessons too (so that every template and answer word is one token)."""
     from operators.tiny_models import ANSWER_WORDS, _training_corpus
 
     sampler = demo_world.WorldSampler(seed, "train")
@@ -67,7 +68,12 @@ def tokenizer_corpus(templates: Mapping[str, str], seed: int = 0, n: int = 1500)
     for _ in range(n):
         for kind in demo_world.REQUEST_KINDS:
             lines.append(request_text(sampler.request(kind), templates))
-    lines += [f"{word} {word}" for word in ANSWER_WORDS for _ in range(20)]
+    for _ in range(n // 3 if writing else 0):  # the writing lessons' prompts and answers, every kind
+        for kind in micro_vlm_writing.WRITE_KINDS:
+            lesson = micro_vlm_writing.draw_lesson(sampler, kind, open_share=0.25, refusal_share=0.05)
+            lines += [fill(templates[micro_vlm_writing.TEMPLATES[kind]], caption=lesson.caption), lesson.answer]
+    # Yes and No must stay single tokens however much text the corpus holds
+    lines += [f"{word} {word}" for word in ANSWER_WORDS for _ in range(20 if not writing else len(lines) // 4)]
     lines += [f"{t} " * 3 for t in templates.values()]  # every template word, also the unused kinds'
     lines += ["<|im_start|>user\n", "<|im_start|>assistant\n", "<|im_start|>system\n"] * 50  # the chat roles
     return lines + _training_corpus()
@@ -83,12 +89,12 @@ def request_text(request: demo_world.WorldRequest, templates: Mapping[str, str])
     return fill(template, caption=request.caption)
 
 
-def build_processor(templates: Mapping[str, str], seed: int = 0):
+def build_processor(templates: Mapping[str, str], seed: int = 0, writing: bool = False):
     from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor, Qwen3VLVideoProcessor
 
     from operators.tiny_models import BOS_CHAT_TEMPLATE, _train_tokenizer
 
-    tokenizer = _train_tokenizer(tokenizer_corpus(templates, seed), vocab_size=512)
+    tokenizer = _train_tokenizer(tokenizer_corpus(templates, seed, writing=writing), vocab_size=2048 if writing else 512)
     tokenizer.bos_token = "<|endoftext|>"
     return Qwen3VLProcessor(
         image_processor=Qwen2VLImageProcessor(
@@ -117,7 +123,7 @@ def build_model(processor, seed: int = 0, hidden: int = 128, layers: int = 4, vi
         "num_attention_heads": hidden // head_dim,
         "num_key_value_heads": max(1, hidden // head_dim // 2),
         "head_dim": head_dim,
-        "max_position_embeddings": 1024,
+        "max_position_embeddings": 2048,
         "tie_word_embeddings": True,
         # mrope_section sums to head_dim / 2
         "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [6, 5, 5], "mrope_interleaved": True},
@@ -377,6 +383,11 @@ def check_train_options(
     warmup_seconds: float | None = None,
     init: str | Path | None = None,
     checkpoint_minutes: float = 10.0,
+    write_per_step: Mapping[str, int] | None = None,
+    write_weight: float = 1.0,
+    refusal_share: float = 0.05,
+    write_open_share: float = 0.25,
+    write_eval_every: float = 1200,
     **_other,
 ) -> None:
     """Refuse, before any work, an argument that would crash training later or train nothing
@@ -398,7 +409,17 @@ def check_train_options(
         not_negative("warmup_seconds", warmup_seconds)
     if not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be a whole number of 1 or more, got {threads}")
-    for name, share in (("hybrid_share", hybrid_share), ("negbench_share", negbench_share), ("open_share", open_share)):
+    positive("write_eval_every", write_eval_every)
+    not_negative("write_weight", write_weight)
+    if not (isinstance(write_open_share, (int, float)) and 0.0 <= write_open_share <= 0.5):
+        raise ValueError(f"write_open_share is the open share of the written question sets, between 0 and 0.5; got {write_open_share}")
+    for kind, n in (write_per_step or {}).items():
+        if kind not in micro_vlm_writing.WRITE_KINDS:
+            raise ValueError(f"write_per_step: unknown lesson kind {kind!r}; valid: {', '.join(micro_vlm_writing.WRITE_KINDS)}")
+        if not isinstance(n, int) or n < 0:
+            raise ValueError(f"write_per_step {kind} must be a whole number of 0 or more, got {n}")
+    for name, share in (("hybrid_share", hybrid_share), ("negbench_share", negbench_share), ("open_share", open_share),
+                        ("refusal_share", refusal_share)):
         if not (math.isfinite(share) and 0.0 <= share <= 1.0):
             raise ValueError(f"{name} is a share of requests, between 0 and 1; got {share}")
     for fact_type, weight in (type_weights or {}).items():
@@ -456,9 +477,13 @@ def _swap_in(staging: Path, final: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def save_checkpoint(model, processor, out: str | Path, state: dict) -> Path:
-    """The model in float32 (training goes on from exactly these weights), its processor and
-    `state` (step, seconds trained, the run's options) in out/checkpoint, swapped in whole."""
+TRAINER_STATE = "trainer.pt"  # in a checkpoint: the optimizer, the training-only heads and the draw generators
+
+
+def save_checkpoint(model, processor, out: str | Path, state: dict, trainer: dict | None = None) -> Path:
+    """The model in float32 (training goes on from exactly these weights), its processor,
+    `state` (step, seconds trained, the run's options) and `trainer` (what `resume` restores)
+    in out/checkpoint, swapped in whole."""
     out = Path(out)
     staging = out / f".{CHECKPOINT}-{uuid.uuid4().hex}"
     try:
@@ -466,6 +491,10 @@ def save_checkpoint(model, processor, out: str | Path, state: dict) -> Path:
         model.save_pretrained(staging)
         processor.save_pretrained(staging)
         (staging / "training.json").write_text(json.dumps(state, indent=1, default=str))
+        if trainer is not None:
+            import torch
+
+            torch.save(trainer, staging / TRAINER_STATE)
         _swap_in(staging, out / CHECKPOINT)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -492,6 +521,12 @@ def train(
     init: str | Path | None = None,
     eval_every: float = 120,
     checkpoint_minutes: float = 10.0,
+    write_per_step: Mapping[str, int] | None = None,
+    write_weight: float = 1.0,
+    refusal_share: float = 0.05,
+    write_open_share: float = 0.25,
+    write_eval_every: float = 1200,
+    resume: bool = False,
     **model_options,
 ) -> TrainReport:
     """Train from scratch (or from `init`) for `seconds` of wall time; save to `out` in float16.
@@ -506,16 +541,28 @@ def train(
     `negbench_share` of those in the multiple-choice part's short form (one thing, one denial); `open_share` of them ask what the caption leaves open
     (`WorldSampler.open_request`), trained towards half the mass on Yes and half on No.
 
+    `write_per_step` adds writing lessons after the warm-up (operators/micro_vlm_writing.py): per
+    step, that many of each kind (depict, dsg, claims, judge_holistic, judge_decomposed), their
+    question sets holding `write_open_share` open questions, `refusal_share` of them on captions
+    with an unseen word; their token loss is weighted by `write_weight`. A model that writes
+    needs its tokenizer trained on the lessons too, so writing starts from scratch (or from an
+    `init` that wrote). Every `write_eval_every` seconds a few held-out lessons are written
+    greedily and compared exactly.
+
     Every argument is checked and `out` written to before any work (`check_train_options`,
     `check_writable`). Every `checkpoint_minutes` the model goes to out/checkpoint (float32, with
     training.json), so a kill or a failed final save loses minutes: `init=out/checkpoint`
     continues from it. The final save is staged beside `out` and moved in file by file, so a
     failure while writing leaves the folder's previous model whole; the checkpoint is removed
-    once the final model is saved.
+    once the final model is saved. `resume=True` with `init` = such a checkpoint goes on where it
+    stopped: the same step, clock, learning-rate schedule, optimizer and draws (pass the options
+    its training.json records: `resume_options`).
     """
     check_train_options(seconds=seconds, threads=threads, lr=lr, position_weight=position_weight, type_weights=type_weights,
                         per_step=per_step, hybrid_share=hybrid_share, negbench_share=negbench_share,
-                        open_share=open_share, warmup_seconds=warmup_seconds, init=init, checkpoint_minutes=checkpoint_minutes)
+                        open_share=open_share, warmup_seconds=warmup_seconds, init=init, checkpoint_minutes=checkpoint_minutes,
+                        write_per_step=write_per_step, write_weight=write_weight, refusal_share=refusal_share,
+                        write_open_share=write_open_share, write_eval_every=write_eval_every)
     check_writable(out)
     import torch
     import torch.nn.functional as F
@@ -527,9 +574,11 @@ def train(
 
         processor = AutoProcessor.from_pretrained(init)
     else:
-        processor = build_processor(templates, seed)
+        processor = build_processor(templates, seed, writing=bool(write_per_step))
     pixels = PixelTable(processor.image_processor)
     encoder = Encoder(processor, templates, pixels)
+    writing = {k: n for k, n in (write_per_step or {}).items() if n}
+    lessons = micro_vlm_writing.LessonEncoder(processor, templates, pixels, (IMAGE_SIDE // PATCH // MERGE) ** 2)
     sampler = demo_world.WorldSampler(seed, "train")
     check = [sampler.request(k) for k in ("image", "caption", "holistic", "image")]
     encoder.check(check[:1]), encoder.check(check[1:2]), encoder.check(check[2:3])
@@ -580,6 +629,8 @@ def train(
     held = demo_world.WorldSampler(seed, "heldout")
     val = [held.request(kind) for kind in demo_world.REQUEST_KINDS for _ in range(200)]
     val += [held.open_request() for _ in range(200)] if open_share else []
+    val_lessons = [micro_vlm_writing.draw_lesson(held, kind, write_open_share) for kind in writing for _ in range(8)]
+    next_write_eval = warmup_seconds
     colour_of = torch.tensor([0] + [1 + list(demo_world.COLOURS).index(c) for _, c in pixels.things])
     shape_of = torch.tensor([0] + [1 + list(demo_world.SHAPES).index(s) for s, _ in pixels.things])
     history: list[dict] = []
@@ -587,9 +638,25 @@ def train(
     step = examples = 0
     next_eval = 0.0
     next_checkpoint = checkpoint_minutes * 60
+    heads = {"aux": aux, "focus": focus_head, "ground": ground_head, "position": position_head}
+    if resume:
+        saved = json.loads((Path(init) / "training.json").read_text())
+        trainer = torch.load(Path(init) / TRAINER_STATE, weights_only=False)
+        opt.load_state_dict(trainer["optimizer"])
+        for name, head in heads.items():
+            head.load_state_dict(trainer["heads"][name])
+        sampler.rng.setstate(trainer["sampler"])
+        torch.set_rng_state(trainer["torch"])
+        step, examples = saved["step"], saved["examples"]
+        start -= saved["seconds_trained"]
+        next_eval = next_write_eval = saved["seconds_trained"]
+        next_checkpoint = saved["seconds_trained"] + checkpoint_minutes * 60
+        log(f"resumed at step {step} after {saved['seconds_trained']} s")
     options = {"seed": seed, "threads": threads, "lr": lr, "position_weight": position_weight, "type_weights": type_weights,
                "per_step": per_step, "hybrid_share": hybrid_share, "negbench_share": negbench_share,
-               "open_share": open_share, "warmup_seconds": warmup_seconds, "init": init, "seconds": seconds}
+               "open_share": open_share, "warmup_seconds": warmup_seconds, "init": init, "seconds": seconds,
+               "write_per_step": writing, "write_weight": write_weight, "refusal_share": refusal_share,
+               "write_open_share": write_open_share}
     while (elapsed := time.monotonic() - start) < seconds:
         warm = elapsed < warmup_seconds
         progress = elapsed / seconds
@@ -629,6 +696,14 @@ def train(
                 loss = loss + cell_loss + focus_loss
             loss.backward()
             examples += n
+        write_total = 0.0
+        for kind, n in ({} if warm else writing).items():  # one backward per kind: long sequences, bounded memory
+            batch = [micro_vlm_writing.draw_lesson(sampler, kind, write_open_share, refusal_share) for _ in range(n)]
+            loss = write_weight * n / sum(writing.values()) * micro_vlm_writing.lesson_loss(model, lessons, batch)
+            captured.clear()
+            loss.backward()
+            write_total += float(loss.detach())
+            examples += n
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         step += 1
@@ -637,26 +712,45 @@ def train(
             acc = _accuracy(model, encoder, val)
             if warm:
                 acc["image_short"] = _accuracy(model, short, [r for r in val if r.kind == "image"])["image"]
+            if val_lessons and not warm and elapsed >= next_write_eval:
+                acc |= micro_vlm_writing.exact_share(model, lessons, val_lessons)
+                next_write_eval = elapsed + write_eval_every
             model.train()
-            row = {"t": round(elapsed), "step": step, "examples": examples, "lr": round(rate, 6), "loss": round(loss_total, 4), "aux": round(aux_total, 4), **acc}
+            row = {"t": round(elapsed), "step": step, "examples": examples, "lr": round(rate, 6), "loss": round(loss_total, 4),
+                   "aux": round(aux_total, 4), **({"write_loss": round(write_total, 4)} if writing else {}), **acc}
             history.append(row)
             log(json.dumps(row))
             next_eval += eval_every
         if time.monotonic() - start >= next_checkpoint:
+            trainer = {"optimizer": opt.state_dict(), "heads": {k: h.state_dict() for k, h in heads.items()},
+                       "sampler": sampler.rng.getstate(), "torch": torch.get_rng_state()}
             where = save_checkpoint(model, processor, out, {"step": step, "examples": examples,
-                                                            "seconds_trained": round(time.monotonic() - start, 1), "options": options})
-            log(f"checkpoint: step {step} in {where} (init={where} continues from it)")
+                                                            "seconds_trained": round(time.monotonic() - start, 1), "options": options},
+                                    trainer)
+            log(f"checkpoint: step {step} in {where} (resume={where} goes on from it)")
             next_checkpoint += checkpoint_minutes * 60
     for hook in hooks:
         hook.remove()
     model.eval()
     acc = _accuracy(model, encoder, val)
+    if val_lessons:
+        acc |= micro_vlm_writing.exact_share(model, lessons, val_lessons)
     row = {"t": round(time.monotonic() - start), "step": step, "examples": examples, "final": True, **acc}
     history.append(row)
     log(json.dumps(row))
     save(model, processor, out)
     shutil.rmtree(Path(out) / CHECKPOINT, ignore_errors=True)
     return TrainReport(time.monotonic() - start, step, examples, parameters, history)
+
+
+def resume_options(checkpoint: str | Path) -> dict:
+    """The options a checkpoint's run was started with (its training.json), to resume it."""
+    folder = Path(checkpoint)
+    if not (folder / TRAINER_STATE).is_file():
+        raise ValueError(f"resume: {str(folder)!r} is not a checkpoint this recipe wrote (no {TRAINER_STATE})")
+    options = dict(json.loads((folder / "training.json").read_text())["options"])
+    options.pop("init", None)
+    return options
 
 
 def save(model, processor, out: str | Path, dtype: str = "float16") -> Path:

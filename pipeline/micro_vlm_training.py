@@ -33,6 +33,7 @@ import polars as pl
 from operators import demo_world
 from operators.micro_vlm_recipe import check_train_options as check_train_options  # jobs/micro_vlm.py checks first
 from operators.micro_vlm_recipe import check_writable as check_writable
+from operators.micro_vlm_recipe import resume_options as resume_options
 
 FLOORS = {"image": 0.95, "image_per_type": 0.90, "caption": 0.97, "holistic_auc": 0.90, "answer_mass_median": 0.9,
           "open_gap_median": 0.15}
@@ -48,6 +49,13 @@ def fact_type_weights(text: str) -> dict[str, float]:
 def requests_per_step(text: str) -> dict[str, int]:
     """`image:64,caption:32,holistic:32` -> how many requests of each kind one training step draws."""
     return _named_values(text, tuple(demo_world.REQUEST_KINDS), "request kind", int)
+
+
+def lessons_per_step(text: str) -> dict[str, int]:
+    """`depict:2,dsg:2,judge_decomposed:1` -> how many writing lessons of each kind one step draws."""
+    from operators.micro_vlm_writing import WRITE_KINDS
+
+    return _named_values(text, WRITE_KINDS, "lesson kind", int)
 
 
 def _named_values(text: str, valid: tuple[str, ...], what: str, number: type) -> dict:

@@ -193,7 +193,7 @@ def test_open_questions_join_each_set_at_the_requested_share_with_their_parents(
         added = sum(len(c.open_questions(share)) for c in captions)
         realized[share] = added / (stated + added)
     # what the captions leave open caps the share: near the request at 0.1, below it beyond
-    assert 0.06 < realized[0.1] < 0.12 and 0.16 < realized[0.25] <= 0.25 and realized[0.25] < realized[0.5] <= 0.5
+    assert 0.04 < realized[0.1] < 0.12 and 0.16 < realized[0.25] <= 0.25 and realized[0.25] < realized[0.5] <= 0.5
     cap = demo_world.caption(demo_world.Thing("circle"), demo_world.Thing("square", "red"))
     rows = cap.question_rows(0.5)
     depict = [r["question"] for r in rows if r["question_set"] == "depict"]
@@ -250,3 +250,15 @@ def test_the_large_demo_loads_the_fixed_items_then_the_drawn_ones(tmp_path):
         assert all(i.split("/")[1].startswith("g") for i in ids[len(fixed):])
         assert set(result.questions["caption"].to_pylist()) == set(result.items["caption"].to_pylist())
     assert {"c01-0", "c08-2"} <= {i.split("/")[1] for i in large["correlation"].items["item_id"].to_pylist()}
+
+
+def test_the_open_questions_follow_a_rule_a_writer_can_learn():
+    # one question per kind and thing first: the colour (the first colour the caption does not
+    # name), then "exactly two", then one relation per unrelated pair; the rest after
+    cap = demo_world.caption(demo_world.Thing("circle"), demo_world.Thing("square", "red"))
+    asked = [f.depict_question() for f in cap.open_questions(0.5)]
+    assert asked == ["Is there a blue circle?", "Are there exactly two circles?", "Are there exactly two red squares?"]
+    priority = [f.depict_question() for f in cap.open_priority()]
+    assert priority[3:5] == ["Is the circle above the red square?", "Is the red square above the circle?"]
+    assert sorted(priority) == sorted(f.depict_question() for f in cap.open_facts())  # an order, not a choice
+    assert len(cap.open_questions(0.25)) == 1 and len(cap.open_questions(0.1)) == 0  # 3 stated: 1.0 and 0.33, half up

@@ -16,6 +16,10 @@ scene) is a ValueError naming it, never a guess.
 
 Answers: 1 - 1e-6 on the right word (finite log-probabilities); log(0.5) on both words for a
 caption-only question the caption leaves open (`Caption.implies` is None).
+
+Writing: a generation prompt (question sets, judge verdicts) is read back the same way, and
+answered with what a faithful writer writes (`operators.demo_generations.answer_to`): the
+ceiling of every metric whose questions or verdicts a model writes.
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from operators import demo_world
+from operators import demo_generations, demo_world
 from operators.answering import ANSWER_TEMPLATES  # request kind -> (template, the placeholder its text fills)
 from operators.demo_world import COLOURS, NUMBER_WORDS, RELATIONS, SHAPES, SIZE, Caption, Fact, No, Relation, SceneObject, Thing
 from operators.engines.base import Prompt
@@ -43,6 +47,7 @@ P_DECIDED = 1.0 - 1e-6  # the right word's probability for a decided answer: log
 LOGP_RIGHT, LOGP_WRONG, LOGP_OPEN = math.log(P_DECIDED), math.log(1.0 - P_DECIDED), math.log(0.5)
 
 FORMS = ("depict", "dsg")
+WRITING_TEMPLATES = (*demo_generations.QUESTION_TEMPLATES.values(), *demo_generations.JUDGE_TEMPLATES.values())
 
 
 # ---------------------------------------------------------------------- the world's texts
@@ -196,7 +201,7 @@ def read_scene(pixels: np.ndarray) -> demo_world.Scene:
 # ---------------------------------------------------------------------------- the engine
 
 class WorldOracleEngine:
-    """Engine `world_oracle`: yes/no answers from the demo world's truth; writes no text."""
+    """Engine `world_oracle`: yes/no answers and written texts from the demo world's truth."""
 
     def __init__(self, spec: BackboneSpec):
         if spec.max_image_pixels < SIZE * SIZE or spec.min_image_pixels > SIZE * SIZE:
@@ -211,7 +216,8 @@ class WorldOracleEngine:
 
     def use_templates(self, templates: Mapping[str, str]) -> None:
         """The templates that fill this run's prompts (operators.answering.answer_batch passes them)."""
-        self.templates = {name: templates[name] for name, _ in ANSWER_TEMPLATES.values() if name in templates}
+        names = [name for name, _ in ANSWER_TEMPLATES.values()] + list(WRITING_TEMPLATES)
+        self.templates = {name: templates[name] for name in names if name in templates}
 
     def score_yes_no(self, prompts: Sequence[Prompt]) -> np.ndarray:
         out = np.empty((len(prompts), 2), dtype=np.float64)
@@ -222,9 +228,25 @@ class WorldOracleEngine:
         return out
 
     def generate(self, prompts: Sequence[Prompt], max_new_tokens: int) -> list[str]:
-        raise ValueError(
-            f"backbone {self.spec.name!r} (engine world_oracle) answers yes/no requests from the demo world's truth and writes "
-            "no text: it generates no questions, claims or judge verdicts (use questions.source=benchmark, no judge metrics)")
+        """What a faithful writer writes to each generation prompt (`max_new_tokens` does not
+        cut it: the oracle is the ceiling, and its longest text is a few hundred tokens)."""
+        return [self.write(prompt) for prompt in prompts]
+
+    def write(self, prompt: Prompt) -> str:
+        matches = []
+        for name in WRITING_TEMPLATES:
+            if name in self.templates and (prompt.image is not None) == name.startswith("judge_"):
+                values = unfill(self.templates[name], prompt.user)
+                if values is not None and "caption" in values:
+                    matches.append((name, values["caption"]))
+        if len(matches) != 1:
+            shown = "with an image" if prompt.image is not None else "without an image"
+            why = "matches none of" if not matches else f"matches {len(matches)} of ({', '.join(n for n, _ in matches)})"
+            raise ValueError(f"world oracle: the prompt {prompt.user[:80]!r}... ({shown}) {why} the generation templates "
+                             f"{sorted(n for n in self.templates if n in WRITING_TEMPLATES)}: cannot tell what it asks")
+        name, caption = matches[0]
+        scene = self.scene(prompt) if prompt.image is not None else None
+        return demo_generations.answer_to(name, parse_caption(caption), scene)
 
     def close(self) -> None:
         self._scenes.clear()

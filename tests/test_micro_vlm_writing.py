@@ -1,0 +1,110 @@
+"""The micro VLM's writing lessons: what the model reads is what the generation stages send,
+the loss sits on the answer alone, unseen words are answered by a refusal, and a checkpointed
+run resumes where it stopped."""
+from __future__ import annotations
+
+import errno
+import json
+import random
+
+import pytest
+
+from operators import demo_generations, demo_world, micro_vlm_recipe, micro_vlm_writing
+from pipeline.config import load_config
+
+TEMPLATES = dict(load_config([]).prompts.templates)
+
+
+@pytest.fixture(scope="module")
+def processor():
+    return micro_vlm_recipe.build_processor(TEMPLATES, seed=0, writing=True)
+
+
+@pytest.fixture(scope="module")
+def encoder(processor):
+    pixels = micro_vlm_recipe.PixelTable(processor.image_processor)
+    return micro_vlm_writing.LessonEncoder(processor, TEMPLATES, pixels, 9)
+
+
+def test_world_words_are_one_token_templates_are_short_and_yes_no_stay_single(processor):
+    tok = processor.tokenizer
+    split = sorted(w for w in demo_generations.world_words() if len(tok.encode(" " + w, add_special_tokens=False)) != 1)
+    assert not split, split
+    for kind in micro_vlm_writing.WRITE_KINDS:  # the shipped 512-token BPE: about 3 tokens a word
+        template = TEMPLATES[micro_vlm_writing.TEMPLATES[kind]]
+        assert len(tok.encode(template, add_special_tokens=False)) < 2 * len(template.split()), kind
+    assert [len(tok.encode(w, add_special_tokens=False)) for w in ("Yes", "No")] == [1, 1]
+
+
+def test_a_lessons_inputs_are_the_generation_prompt_then_the_answer_with_loss_on_the_answer_only(processor, encoder):
+    sampler = demo_world.WorldSampler(3, "train")
+    lessons = [micro_vlm_writing.draw_lesson(sampler, kind, 0.25) for kind in micro_vlm_writing.WRITE_KINDS]
+    batch = encoder.batch(lessons)
+    for row, lesson in enumerate(lessons):
+        ids, labels = batch["inputs"]["input_ids"][row].tolist(), batch["labels"][row].tolist()
+        prompt, answer = encoder.prompt_ids(lesson), encoder.answer_ids(lesson)
+        assert ids[:len(prompt) + len(answer)] == prompt + answer
+        assert labels[:len(prompt)] == [-100] * len(prompt) and labels[len(prompt):len(prompt) + len(answer)] == answer
+        assert all(x == -100 for x in labels[len(prompt) + len(answer):])  # padding carries no loss
+        assert processor.tokenizer.decode(answer, skip_special_tokens=True) == lesson.answer  # the text round-trips
+        text = micro_vlm_writing.prompt_text(processor, TEMPLATES, lesson)
+        assert lesson.caption in text and text.endswith("<|im_start|>assistant\n")
+        assert ("<|image_pad|>" in text) == lesson.kind.startswith("judge_")
+    assert batch["inputs"]["image_grid_thw"].tolist() == [[1, 6, 6], [1, 6, 6]]  # the two judge lessons' images
+
+
+def test_the_longest_lesson_fits_the_models_positions(encoder):
+    sampler = demo_world.WorldSampler(0, "train")
+    longest = max(len(encoder.prompt_ids(x)) + len(encoder.answer_ids(x))
+                  for x in (micro_vlm_writing.draw_lesson(sampler, "judge_decomposed", 0.25) for _ in range(300)))
+    assert longest < 2048, longest
+
+
+def test_a_caption_with_an_unseen_word_is_answered_by_the_refusal():
+    sampler = demo_world.WorldSampler(1, "train")
+    lessons = [micro_vlm_writing.draw_lesson(sampler, "dsg", 0.25, refusal_share=0.5) for _ in range(200)]
+    refused = [x for x in lessons if x.answer == demo_generations.REFUSAL]
+    assert 70 < len(refused) < 130
+    assert all(not demo_generations.knows(x.caption) for x in refused)
+    assert all(demo_generations.knows(x.caption) for x in lessons if x not in refused)
+    words = {micro_vlm_writing.unseen_word(random.Random(i)) for i in range(200)}
+    assert not words & demo_generations.world_words() and len(words) > 50
+
+
+def test_resume_takes_no_options_of_its_own(tmp_path, monkeypatch, capsys):
+    import jobs.micro_vlm as job
+
+    monkeypatch.setattr(job, "train_micro_vlm", lambda *a, **k: pytest.fail("the job started work"))
+    assert job.main(["train", f"out={tmp_path}", f"resume={tmp_path}", "seconds=60"]) == 2
+    assert "leave out seconds" in capsys.readouterr().err
+    assert job.main(["train", f"out={tmp_path}", f"resume={tmp_path}"]) == 2
+    assert "not a checkpoint" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_resumed_run_goes_on_at_the_next_step_with_its_schedule(tmp_path, monkeypatch):
+    out = tmp_path / "model"
+    lines: list[str] = []
+
+    def disk_full(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(out))
+
+    monkeypatch.setattr(micro_vlm_recipe, "save", disk_full)
+    options = dict(seconds=1.0, threads=1, lr=1e-3, checkpoint_minutes=0.001, warmup_seconds=0.0, eval_every=1e9,
+                   per_step={"image": 2, "caption": 2, "holistic": 2}, write_per_step={"dsg": 1}, write_eval_every=1e9)
+    with pytest.raises(OSError):
+        micro_vlm_recipe.train(out, TEMPLATES, log=lines.append, **options)
+    checkpoint = out / micro_vlm_recipe.CHECKPOINT
+    saved = json.loads((checkpoint / "training.json").read_text())
+    assert (checkpoint / micro_vlm_recipe.TRAINER_STATE).is_file() and saved["step"] >= 1
+    monkeypatch.undo()
+    again: list[str] = []
+    resumed = micro_vlm_recipe.resume_options(checkpoint)
+    assert resumed["write_per_step"] == {"dsg": 1} and resumed["lr"] == 1e-3
+    more = {"seconds": saved["seconds_trained"] + 1.0, "eval_every": 1e9}  # the first run used its whole second
+    micro_vlm_recipe.train(out, TEMPLATES, init=checkpoint, resume=True, log=again.append, **{**resumed, **more})
+    assert f"resumed at step {saved['step']} after {saved['seconds_trained']} s" in again
+    first = json.loads(next(line for line in again if line.startswith("{")))
+    assert first["step"] == saved["step"] + 1 and first["t"] >= int(saved["seconds_trained"])
+    with pytest.raises(ValueError, match="not a checkpoint"):
+        micro_vlm_recipe.resume_options(tmp_path)
