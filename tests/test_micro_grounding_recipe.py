@@ -67,6 +67,16 @@ def test_an_absent_phrase_names_nothing_in_the_scene_and_has_no_targets():
     assert near_misses > 100  # mostly near misses: colour and shape must both be read
 
 
+def test_scene_images_are_the_demo_pngs_pixel_for_pixel():
+    from operators.images import decode_image
+
+    sampler = demo_world.WorldSampler(5, "heldout")
+    for _ in range(30):
+        scene = sampler.scene()
+        png = decode_image(demo_world.png_bytes(demo_world.render(scene)), "scene.png")
+        assert np.array_equal(np.asarray(recipe.scene_image(scene)), np.asarray(png))
+
+
 def _found(boxes, scores=None) -> Detections:
     boxes = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
     scores = np.full(len(boxes), 0.9) if scores is None else np.asarray(scores)
