@@ -205,10 +205,11 @@ def weighted_loss(loss_dict: dict, class_weight: float, bbox_weight: float, giou
 
 
 def heldout_queries(seed: int, scenes: int) -> list[Query]:
-    """Per held-out scene: an object's colour + shape, its shape alone, and an absent phrase
-    (a near miss or anything else that names nothing there)."""
+    """Per held-out scene: an object's colour + shape, its shape alone, an absent phrase (a near
+    miss or anything else that names nothing there), and a plural ("red circles", "stars")."""
     sampler = demo_world.WorldSampler(seed, "heldout")
     rng = random.Random(f"micro-grounding/heldout/{seed}")
+    plurals = random.Random(f"micro-grounding/heldout-plural/{seed}")
     out = []
     for _ in range(scenes):
         scene = sampler.scene()
@@ -217,6 +218,9 @@ def heldout_queries(seed: int, scenes: int) -> list[Query]:
         obj = rng.choice(scene)
         out.append(Query(scene, obj.shape, phrase_boxes(scene, obj.shape, None), "shape"))
         out.append(draw_query(rng, scene, absent_share=1.0, plural_share=0.0))
+        obj = plurals.choice(scene)
+        colour = obj.colour if plurals.random() < 0.5 else None
+        out.append(Query(scene, phrase_text(obj.shape, colour, plural=True), phrase_boxes(scene, obj.shape, colour), "plural"))
     return out
 
 
@@ -232,9 +236,11 @@ def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def score_detections(queries: Sequence[Query], found: Sequence) -> dict:
     """Recall@IoU0.5 per phrase kind (a target box counts when some kept box overlaps it by
-    IoU >= 0.5), for phrases naming several objects too, and the share of absent phrases with
-    no kept box; plus kept boxes that match no target, per present query."""
+    IoU >= 0.5), for phrases naming several objects too (and the share of those with every
+    object found), the share of absent phrases with no kept box, and kept boxes that match no
+    target, per present query."""
     hits: dict[str, list[int]] = {}
+    whole: list[bool] = []  # several-object phrases: every named object found
     spare = present = clean = absent = 0
     for query, detections in zip(queries, found, strict=True):
         if not query.boxes:
@@ -247,8 +253,11 @@ def score_detections(queries: Sequence[Query], found: Sequence) -> dict:
         spare += int((~(iou >= 0.5).any(axis=0)).sum()) if len(detections) else 0
         for kind in (query.kind, "several") if len(query.boxes) > 1 else (query.kind,):
             hits.setdefault(kind, []).extend(matched.tolist())
+        if len(query.boxes) > 1:
+            whole.append(bool(matched.all()))
     report = {f"recall_{kind}": round(float(np.mean(v)), 4) for kind, v in sorted(hits.items())}
     report |= {f"n_{kind}": len(v) for kind, v in sorted(hits.items())}
+    report["all_found_several"] = round(float(np.mean(whole)), 4) if whole else None
     report |= {"absent_clean": round(clean / max(absent, 1), 4), "n_absent": absent,
                "spare_boxes_per_present": round(spare / max(present, 1), 4)}
     return report

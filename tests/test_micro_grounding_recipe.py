@@ -94,6 +94,7 @@ def test_scoring_counts_recall_at_iou_half_per_kind_and_clean_absent_phrases():
     found = [_found([circles[0]]), _found([shifted]), _found([]), _found([circles[1]])]
     report = recipe.score_detections(queries, found)
     assert report["recall_colour_shape"] == 0.5 and report["recall_several"] == 0.5  # one of two red circles
+    assert report["all_found_several"] == 0.0
     assert report["recall_shape"] == 0.0  # IoU 1/3 is a miss
     assert report["absent_clean"] == 0.5 and report["n_absent"] == 2
     assert report["spare_boxes_per_present"] == 0.5  # the shifted box matches nothing
