@@ -263,6 +263,15 @@ def score_detections(queries: Sequence[Query], found: Sequence) -> dict:
     return report
 
 
+def separation(present: np.ndarray, absent: np.ndarray) -> dict:
+    """AUC of scores of present phrases over absent ones (ties count half), and both medians."""
+    if not len(present) or not len(absent):
+        return {}
+    above = (present[:, None] > absent[None, :]).mean() + 0.5 * (present[:, None] == absent[None, :]).mean()
+    return {"auc_present_absent": round(float(above), 4), "median_present": round(float(np.median(present)), 4),
+            "median_absent": round(float(np.median(absent)), 4)}
+
+
 def evaluate(model_path: str | os.PathLike, seed: int = 1, scenes: int = 150, thresholds: Thresholds = Thresholds(),
              batch_size: int = 16) -> dict:
     """Held-out floors measured through the unchanged detector (`GroundingDetector`), and
@@ -278,6 +287,12 @@ def evaluate(model_path: str | os.PathLike, seed: int = 1, scenes: int = 150, th
     report["batch_invariant"] = all(
         len(a) == len(b) and np.allclose(a.boxes, b.boxes, atol=1e-3) and np.allclose(a.box_scores, b.box_scores, atol=1e-5)
         for a, b in zip(alone, found, strict=False))
+    # Threshold-free: how well the best box's phrase score (text score: every word counts)
+    # ranks present phrases over absent ones, to follow a run before scores cross thresholds.
+    detector.thresholds = Thresholds(box=0.0, text=0.0, max_boxes=1)
+    best = np.array([d.text_scores[0] if len(d) else 0.0 for d in detector.detect(images, [q.phrase for q in queries])])
+    present = np.array([bool(q.boxes) for q in queries])
+    report |= separation(best[present], best[~present])
     report["passes"] = all(report.get(k, 0.0) >= v for k, v in FLOORS.items()) and report["batch_invariant"]
     detector.close()
     return report

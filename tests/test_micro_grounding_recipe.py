@@ -103,6 +103,12 @@ def test_scoring_counts_recall_at_iou_half_per_kind_and_clean_absent_phrases():
     assert recipe.box_iou([[0, 0, 10, 10]], [[5, 0, 15, 10]])[0, 0] == pytest.approx(1 / 3)
 
 
+def test_separation_is_the_share_of_present_absent_pairs_ranked_right():
+    got = recipe.separation(np.array([0.9, 0.5, 0.2]), np.array([0.4, 0.5]))
+    assert got["auc_present_absent"] == pytest.approx((2 + 1.5 + 0) / 6, abs=1e-4)
+    assert got["median_present"] == 0.5 and got["median_absent"] == 0.45
+
+
 class Killed(Exception):
     """Stands for a kill right after a checkpoint was written."""
 
