@@ -517,15 +517,6 @@ def _shape_mask(shape: str, cx: float, cy: float, x: np.ndarray, y: np.ndarray) 
     return _inside_polygon(x, y, [(cx + r * ux, cy + r * uy) for ux, uy in unit])
 
 
-@functools.lru_cache(maxsize=None)
-def object_box(shape: str, row: int, col: int) -> tuple[int, int, int, int]:
-    """The tight box of a drawn shape in pixels, [x0, y0, x1, y1) as `render` fills it."""
-    y, x = np.mgrid[0:SIZE, 0:SIZE] + 0.5
-    cell = SIZE / 3
-    ys, xs = np.nonzero(_shape_mask(shape, (col + 0.5) * cell, (row + 0.5) * cell, x, y))
-    return int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1
-
-
 def render(scene_: Scene) -> np.ndarray:
     """(SIZE, SIZE) uint8 palette indices: 0 background, then COLOURS in order."""
     y, x = np.mgrid[0:SIZE, 0:SIZE] + 0.5
@@ -535,6 +526,15 @@ def render(scene_: Scene) -> np.ndarray:
         mask = _shape_mask(obj.shape, (obj.col + 0.5) * cell, (obj.row + 0.5) * cell, x, y)
         pixels[mask] = _PALETTE_INDEX[obj.colour]
     return pixels
+
+
+@functools.cache
+def object_box(shape: str, row: int, col: int) -> tuple[int, int, int, int]:
+    """The tight box of a drawn shape in pixels, [x0, y0, x1, y1) as `render` fills it."""
+    y, x = np.mgrid[0:SIZE, 0:SIZE] + 0.5
+    cell = SIZE / 3
+    ys, xs = np.nonzero(_shape_mask(shape, (col + 0.5) * cell, (row + 0.5) * cell, x, y))
+    return int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1
 
 
 def png_bytes(indices: np.ndarray) -> bytes:

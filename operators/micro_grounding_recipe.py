@@ -150,7 +150,7 @@ def draw_query(rng: random.Random, scene: demo_world.Scene, absent_share: float,
     raise ValueError(f"no absent phrase found for scene {scene}")  # a scene of every shape in every colour: impossible in 9 cells
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _object_mask(shape: str, row: int, col: int) -> np.ndarray:
     """The pixels `demo_world.render` fills for one object (36 of them: rendering a scene from
     these is several times faster than rasterising it again, a fifth of a training step)."""
@@ -272,13 +272,13 @@ def separation(present: np.ndarray, absent: np.ndarray) -> dict:
             "median_absent": round(float(np.median(absent)), 4)}
 
 
-def evaluate(model_path: str | os.PathLike, seed: int = 1, scenes: int = 150, thresholds: Thresholds = Thresholds(),
+def evaluate(model_path: str | os.PathLike, seed: int = 1, scenes: int = 150, thresholds: Thresholds | None = None,
              batch_size: int = 16) -> dict:
     """Held-out floors measured through the unchanged detector (`GroundingDetector`), and
     whether a few queries asked alone give the boxes they get in a batch."""
     from operators.grounding import GroundingDetector
 
-    detector = GroundingDetector(str(model_path), thresholds=thresholds, batch_size=batch_size, device="cpu")
+    detector = GroundingDetector(str(model_path), thresholds=thresholds or Thresholds(), batch_size=batch_size, device="cpu")
     queries = heldout_queries(seed, scenes)
     images = [scene_image(q.scene) for q in queries]
     found = detector.detect(images, [q.phrase for q in queries])
