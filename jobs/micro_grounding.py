@@ -16,7 +16,8 @@ aux_loss, two_stage, checkpoint_minutes, eval_scenes.
 
 `evaluate` loads a saved model through operators/grounding.py (default thresholds) and reports
 recall@IoU0.5 for colour + shape, shape-only and several-object phrases, the share of absent
-phrases with no kept box, and whether queries asked alone match the batch, against FLOORS.
+phrases with no kept box, and whether queries asked alone match the batch, against FLOORS
+(exit 1 when one is missed).
 
 Every argument is checked before any work: a bad value is one line and exit 2; an output
 folder that cannot be written, one line and exit 4.
