@@ -8,9 +8,10 @@ r"""Train or measure the micro GroundingDINO (operators/micro_grounding_recipe.p
 training scenes, one phrase per query ("red circle", "circle", "red circles", and phrases that
 name nothing there), for `seconds` of wall time. Every `checkpoint_minutes` the run goes to
 DIR/checkpoint (model, optimizer, step, clock, generators) and is measured on held-out scenes
-(one JSON line in the log); `resume=DIR/checkpoint` continues that run with its own options.
+(one JSON line in the log); `resume=DIR/checkpoint` continues that run with its own options
+(presence_weight, class_weight, checkpoint_minutes, eval_scenes and threads may change).
 Options (operators/micro_grounding_recipe.py DEFAULTS): seed, threads, lr, batch, absent_share,
-plural_share, class_weight, bbox_weight, giou_weight, warmup_steps, curriculum_seconds, d_model,
+plural_share, class_weight, presence_weight, bbox_weight, giou_weight, warmup_steps, curriculum_seconds, d_model,
 queries, swin_embed, text_hidden, text_layers, encoder_layers, decoder_layers, image_size,
 aux_loss, two_stage, checkpoint_minutes, eval_scenes.
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from operators.micro_grounding_recipe import DEFAULTS as DEFAULTS
 from operators.micro_grounding_recipe import FLOORS as FLOORS
-from operators.micro_grounding_recipe import check_options, resume_options
+from operators.micro_grounding_recipe import RESUME_OVERRIDES, check_options, resume_options
 from operators.micro_grounding_recipe import check_writable as check_writable
 
 
@@ -22,9 +22,10 @@ def check_train_arguments(seconds: float, resume: str | None, options: dict) -> 
     if not (math.isfinite(seconds) and seconds > 0):
         raise ValueError(f"seconds must be a finite number above 0, got {seconds}")
     if resume is not None:
-        if options:
-            raise ValueError(f"resume= continues a run with its own options; drop {', '.join(sorted(options))}")
-        return check_options(resume_options(resume))
+        if set(options) - RESUME_OVERRIDES:
+            raise ValueError(f"resume= continues a run with its own options (only {', '.join(sorted(RESUME_OVERRIDES))} "
+                             f"may change); drop {', '.join(sorted(set(options) - RESUME_OVERRIDES))}")
+        return check_options(resume_options(resume) | options)
     return check_options(options)
 
 

@@ -109,6 +109,20 @@ def test_separation_is_the_share_of_present_absent_pairs_ranked_right():
     assert got["median_present"] == 0.5 and got["median_absent"] == 0.45
 
 
+def test_presence_loss_is_bce_on_the_best_query_mean_phrase_logit():
+    import torch
+
+    ids = torch.tensor([[101, 7, 8, 1012, 102], [101, 9, 1012, 102, 0]])
+    attention = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]])
+    logits = torch.full((2, 3, 6), float("-inf"))  # padded to max_text_len with -inf, as the model does
+    logits[0, :, :5] = torch.tensor([[9.0, 1.0, 3.0, 9.0, 9.0], [9.0, 4.0, 4.0, 9.0, 9.0], [0.0, -1.0, -1.0, 0.0, 0.0]])
+    logits[1, :, :4] = torch.tensor([[9.0, -2.0, 9.0, 9.0], [9.0, -3.0, 9.0, 9.0], [9.0, 0.5, 9.0, 9.0]])
+    got = recipe.presence_loss(logits, ids, attention, [0, 100, 101, 102, 103, 1012], torch.tensor([True, False]))
+    best = torch.tensor([4.0, 0.5])  # row 0: mean(4, 4) beats mean(1, 3); special tokens never count
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(best, torch.tensor([1.0, 0.0]))
+    assert torch.isfinite(got) and float(got) == pytest.approx(float(expected))
+
+
 class Killed(Exception):
     """Stands for a kill right after a checkpoint was written."""
 
@@ -135,11 +149,12 @@ def test_a_checkpoint_resumes_the_same_run(tmp_path):
 
     second: list[str] = []
     with pytest.raises(Killed):
-        recipe.train(out, 600, resume=out / "checkpoint", log=_kill_after_checkpoint(second))
+        recipe.train(out, 600, resume=out / "checkpoint", log=_kill_after_checkpoint(second), presence_weight=1.0)
     assert second[0] == f"resumed at step {saved['step']} after {saved['seconds_trained']} s"
     again = json.loads((out / "checkpoint" / "training.json").read_text())
     assert again["step"] > saved["step"] and again["seconds_trained"] > saved["seconds_trained"]
     assert [row["step"] for row in again["history"]] == [saved["step"], again["step"]]
+    assert again["options"] == saved["options"] | {"presence_weight": 1.0}  # a loss term may change, nothing else
     trainer = torch.load(out / "checkpoint" / recipe.TRAINER_STATE, weights_only=False)
     adam_steps = {float(state["step"]) for state in trainer["optimizer"]["state"].values()}
     assert adam_steps == {float(again["step"])}  # the optimizer went on; a fresh one would count from 0
