@@ -103,6 +103,7 @@ WORK = {
     "explore": [("jobs.explore", "write_site")],
     "store": [("jobs.store", "compact"), ("jobs.store", "gc"), ("jobs.store", "verify"), ("jobs.store", "prune_gone_shards")],
     "micro_vlm": [("jobs.micro_vlm", "train_micro_vlm"), ("jobs.micro_vlm", "evaluate_micro_vlm")],
+    "micro_grounding": [("jobs.micro_grounding", "train_micro_grounding"), ("jobs.micro_grounding", "evaluate_micro_grounding")],
     # the settings are checked, then the folder is made ready: stopped there, nothing is written
     "demo_corpus": [("pipeline.curation.demo_corpus", "make_room")],
 }  # fmt: skip
