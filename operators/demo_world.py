@@ -641,6 +641,9 @@ class WorldRequest:
     fact_type: str
     form: str = ""
     facts: tuple[Fact, ...] = ()  # the asked fact (image, caption), or the caption's facts (holistic)
+    # claim requests only: the masked view asked on (operators.demo_views.SceneView), whose
+    # things `scene` then lists; None: the scene itself
+    view: object = None
 
 
 Items = tuple[Sequence[CorrelationPrompt], Sequence[WinogroundExample], Sequence[McqRow]]

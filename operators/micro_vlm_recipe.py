@@ -40,16 +40,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from operators import demo_world, micro_vlm_writing
+from operators import demo_views, demo_world, micro_vlm_writing
 from operators.engines.base import Prompt
 from operators.prompts import fill
+from operators.views import MASKED_VIEWS
 
 IMAGE_SIDE = 96  # 6x6 patches of 16 px, merged 2x2: one visual token per grid cell
 MAX_IMAGE_PIXELS = IMAGE_SIDE * IMAGE_SIDE  # conf/backbones/micro.yaml: what the pipeline sends
 MIN_IMAGE_PIXELS = 32 * 32
 PATCH, MERGE = 16, 2
 CELL_CLASSES = len(demo_world.SHAPES) + 1  # per cell: one of the shapes or empty (and one of the colours or none)
-TEMPLATE_OF_KIND = {"image": "answer_image", "caption": "answer_caption", "holistic": "holistic"}
+TEMPLATE_OF_KIND = {"image": "answer_image", "caption": "answer_caption", "holistic": "holistic", "claim": "claim"}
+# What a training step can draw: the world's request kinds, claims on the scene, claims on a masked view
+TRAINED_KINDS = (*demo_world.REQUEST_KINDS, "claim", "view")
 YES, NO = "Yes", "No"
 # Warm-up prompts: the question alone, so that the answer position sits next to the words it binds.
 SHORT_TEMPLATES = {"answer_image": "{question}", "holistic": "{caption}?"}
@@ -86,6 +89,8 @@ def request_text(request: demo_world.WorldRequest, templates: Mapping[str, str])
         return fill(template, question=request.question)
     if request.kind == "caption":
         return fill(template, question=request.question, caption=request.caption)
+    if request.kind == "claim":
+        return fill(template, claim=request.question)
     return fill(template, caption=request.caption)
 
 
@@ -154,9 +159,20 @@ def build_model(processor, seed: int = 0, hidden: int = 128, layers: int = 4, vi
 
 def real_pixel_values(scene: demo_world.Scene, image_processor):
     """What an engine feeds the model for a demo scene: PNG bytes, decoded, fitted, processed."""
+    return _processed(demo_world.png_bytes(demo_world.render(scene)), image_processor)
+
+
+def view_pixel_values(view: demo_views.SceneView, image_processor):
+    """What an engine feeds the model for a masked view: the view stage's PNG, decoded, fitted, processed."""
+    from operators.views import png_bytes
+
+    return _processed(png_bytes(view.pixels()), image_processor)
+
+
+def _processed(png: bytes, image_processor):
     from operators.images import decode_image, fit_pixels
 
-    image = fit_pixels(decode_image(demo_world.png_bytes(demo_world.render(scene)), "scene.png"), MAX_IMAGE_PIXELS, MIN_IMAGE_PIXELS)
+    image = fit_pixels(decode_image(png, "scene.png"), MAX_IMAGE_PIXELS, MIN_IMAGE_PIXELS)
     out = image_processor(images=[image], return_tensors="pt")
     return out["pixel_values"], out["image_grid_thw"]
 
@@ -278,7 +294,7 @@ class Encoder:
         out = {"input_ids": input_ids, "attention_mask": mask, "mm_token_type_ids": (input_ids == self.image_token).int()}
         scenes = [r.scene for r in requests if r.kind != "caption"]
         if scenes:
-            out["pixel_values"], out["image_grid_thw"] = self.pixels.pixel_values(scenes)
+            out["pixel_values"], out["image_grid_thw"] = self.pixel_values([r for r in requests if r.kind != "caption"])
         # the probability of Yes each answer should put: 1, 0, or 0.5 where the caption leaves it open
         targets = torch.tensor([0.5 if r.answer is None else float(r.answer) for r in requests])
         cells = torch.tensor([self.pixels.cells(s) for s in scenes]).reshape(-1) if scenes else None
@@ -299,16 +315,32 @@ class Encoder:
         grounding = (torch.tensor(ground_at), torch.tensor(ground)) if ground else None
         return {"inputs": out, "targets": targets, "cells": cells, "focus": focus, "grounding": grounding}
 
+    def pixel_values(self, requests: Sequence[demo_world.WorldRequest]):
+        """Pixel rows of requests with an image: the cell table for whole scenes, the real path for
+        masked views (a fill reaches across cells, so their patches are not the table's)."""
+        import torch
+
+        if all(r.view is None for r in requests):
+            return self.pixels.pixel_values([r.scene for r in requests])
+        image_processor = self.processor.image_processor
+        rows = [view_pixel_values(r.view, image_processor)[0] if r.view is not None else self.pixels.pixel_values([r.scene])[0]
+                for r in requests]
+        return torch.cat(rows), torch.tensor([[1, IMAGE_SIDE // PATCH, IMAGE_SIDE // PATCH]] * len(requests))
+
     def check(self, requests: Sequence[demo_world.WorldRequest]) -> None:
         """The batch's ids equal what the processor makes from the rendered text and the real images."""
         import torch
 
-        mine = self.batch(requests)["inputs"]
-        images = [real_pixel_values(r.scene, self.processor.image_processor) for r in requests if r.kind != "caption"]
         from operators.images import decode_image, fit_pixels
+        from operators.views import png_bytes
 
-        pil = [[fit_pixels(decode_image(demo_world.png_bytes(demo_world.render(r.scene)), "s.png"), MAX_IMAGE_PIXELS, MIN_IMAGE_PIXELS)]
-               for r in requests if r.kind != "caption"]
+        mine = self.batch(requests)["inputs"]
+        images = any(r.kind != "caption" for r in requests)
+
+        def png(r: demo_world.WorldRequest) -> bytes:
+            return png_bytes(r.view.pixels()) if r.view is not None else demo_world.png_bytes(demo_world.render(r.scene))
+
+        pil = [[fit_pixels(decode_image(png(r), "s.png"), MAX_IMAGE_PIXELS, MIN_IMAGE_PIXELS)] for r in requests if r.kind != "caption"]
         self.processor.tokenizer.padding_side = "left"
         real = self.processor(text=[self.text(r) for r in requests], images=pil or None, padding=True,
                               add_special_tokens=False, return_tensors="pt")
@@ -337,8 +369,8 @@ def _accuracy(model, encoder: Encoder, requests: Sequence[demo_world.WorldReques
     by_kind: dict[str, list[bool]] = {}
     gaps: list[float] = []
     with torch.inference_mode():
-        for kind in demo_world.REQUEST_KINDS:
-            group = [r for r in requests if r.kind == kind]
+        for kind in TRAINED_KINDS:
+            group = [r for r in requests if _trained_kind(r) == kind]
             for start in range(0, len(group), batch_size):
                 part = group[start:start + batch_size]
                 b = encoder.batch(part)
@@ -356,6 +388,10 @@ def _accuracy(model, encoder: Encoder, requests: Sequence[demo_world.WorldReques
     if gaps:  # open caption-only questions: how far from undecided the answers sit (median |p - 0.5|)
         out["open_gap"] = round(statistics.median(gaps), 3)
     return out
+
+
+def _trained_kind(request: demo_world.WorldRequest) -> str:
+    return "view" if request.view is not None else request.kind
 
 
 def answer_loss(logits, yes: int, no: int, target_yes):
@@ -446,10 +482,10 @@ def check_train_options(
 
 def steps_per_kind(per_step: Mapping[str, int]) -> dict[str, int]:
     """Requests of each kind per step; a kind not named draws none. ValueError for a bad count."""
-    counts = {kind: 0 for kind in demo_world.REQUEST_KINDS}
+    counts = {kind: 0 for kind in TRAINED_KINDS}
     for kind, n in per_step.items():
         if kind not in counts:
-            raise ValueError(f"per_step: unknown request kind {kind!r}; valid: {', '.join(demo_world.REQUEST_KINDS)}")
+            raise ValueError(f"per_step: unknown request kind {kind!r}; valid: {', '.join(TRAINED_KINDS)}")
         if not isinstance(n, int) or n < 0:
             raise ValueError(f"per_step {kind} must be a whole number of 0 or more, got {n}")
         counts[kind] = n
@@ -608,6 +644,8 @@ def train(
     weights = [float((type_weights or {}).get(t, 1.0)) for t in types]
 
     def draw(kind: str) -> demo_world.WorldRequest:
+        if kind in ("claim", "view"):  # claims on the scene, or on one of the evidence checks' masked views
+            return demo_views.claim_request(sampler, "full" if kind == "claim" else sampler.rng.choice(MASKED_VIEWS))
         if kind == "image" and type_weights:
             return sampler.request(kind, sampler.rng.choices(types, weights)[0])
         if kind == "caption" and open_share and sampler.rng.random() < open_share:
@@ -629,6 +667,8 @@ def train(
     held = demo_world.WorldSampler(seed, "heldout")
     val = [held.request(kind) for kind in demo_world.REQUEST_KINDS for _ in range(200)]
     val += [held.open_request() for _ in range(200)] if open_share else []
+    val += [demo_views.claim_request(held) for _ in range(200)] if "claim" in per_step else []
+    val += [demo_views.claim_request(held, view) for view in MASKED_VIEWS for _ in range(50)] if "view" in per_step else []
     val_lessons = [micro_vlm_writing.draw_lesson(held, kind, write_open_share) for kind in writing for _ in range(8)]
     next_write_eval = warmup_seconds
     colour_of = torch.tensor([0] + [1 + list(demo_world.COLOURS).index(c) for _, c in pixels.things])

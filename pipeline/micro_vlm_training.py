@@ -48,7 +48,9 @@ def fact_type_weights(text: str) -> dict[str, float]:
 
 def requests_per_step(text: str) -> dict[str, int]:
     """`image:64,caption:32,holistic:32` -> how many requests of each kind one training step draws."""
-    return _named_values(text, tuple(demo_world.REQUEST_KINDS), "request kind", int)
+    from operators.micro_vlm_recipe import TRAINED_KINDS
+
+    return _named_values(text, TRAINED_KINDS, "request kind", int)
 
 
 def lessons_per_step(text: str) -> dict[str, int]:

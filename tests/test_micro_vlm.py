@@ -83,6 +83,11 @@ def test_training_inputs_are_what_the_processor_makes():
     encoder = micro_vlm_recipe.Encoder(processor, load_config([]).prompts.templates, pixels)
     for kind in demo_world.REQUEST_KINDS:
         encoder.check([sampler.request(kind), sampler.request(kind)])
+    # claims on the scene and on masked views (whose pixels come from the views stage's PNG)
+    from operators import demo_views
+
+    encoder.check([demo_views.claim_request(sampler, view) for view in ("full", "minus_evidence", "only_evidence", "minus_control", "only_control")])
+    encoder.check([demo_views.claim_request(sampler), demo_views.claim_request(sampler, "minus_evidence", "mean"), sampler.request("image")])
 
 
 def test_hf_engine_answers_held_out_draws_above_floors(engine):
