@@ -1,7 +1,7 @@
 r"""Train or measure the built-in micro VLM (builtin:micro-vlm):
 
     python jobs/micro_vlm.py train out=DIR [seconds=2400] [seed=0] [checkpoint_minutes=10]
-    python jobs/micro_vlm.py evaluate [backbone=micro] [n_per_type=200] [seed=0] [out=DIR]
+    python jobs/micro_vlm.py evaluate [backbone=micro] [n_per_type=200] [n_views=200] [n_writing=40] [seed=0] [out=DIR]
 
 `train` needs `out=`: a folder of your own, or `out=builtin` to replace the shipped weights
 (operators/weights/micro_vlm, inside the installed package), which nothing else writes. Every
@@ -16,8 +16,9 @@ removed once the final model is saved.
 head_dim 32) trained on fresh draws of the demo world's three yes/no request kinds, saved with
 save_pretrained in float16 (2.4 MB). It trains for `seconds` of wall time (threads=2 by default,
 threads=1 on a shared 2-core machine); `init=` continues from a saved folder, with that folder's
-tokenizer; `per_step=image:N,caption:N,holistic:N` sets how many requests of each kind a step
-draws; `hybrid_share=` draws that share of caption-only requests from hybrid captions (a thing
+tokenizer; `per_step=image:N,caption:N,holistic:N,claim:N,view:N` sets how many requests of each
+kind a step draws (`claim`: a claim statement on the scene, `view`: on one of the evidence checks'
+masked views, true as far as the view still shows it: operators/demo_views.py); `hybrid_share=` draws that share of caption-only requests from hybrid captions (a thing
 stated beside a thing denied), `negbench_share=` that share of those in the multiple-choice
 part's short form (one thing stated, one denied); `open_share=` that share of caption-only
 requests ask what their caption leaves open (the colour of an uncoloured thing, whether a single
@@ -46,8 +47,13 @@ steps, 1,072,440 requests): image 1.0, caption 1.0, holistic 0.99, open 0.013.
 backbone config names (hf or vllm) and prints accuracy per request kind and fact type, the
 holistic AUC and the median answer mass, for caption-only questions the caption leaves open the
 median |P(yes) - 0.5| (kind caption_open), against the floors of `FLOORS`, and the same for
-held-out caption-only requests about hybrid captions (the hardest kind for them); then how many
-held-out and benchmark requests repeat a request of a 300,000-draw training stream word for word. Its backbone
+held-out caption-only requests about hybrid captions (the hardest kind for them); claims on masked
+views of `n_views` held-out scenes (pipeline/micro_vlm_views.py: how far hiding a true claim's
+evidence drops P(yes), how little a matched control moves it, and how well the causal delta tells
+true claims from false); for a backbone that writes questions, `n_writing` held-out captions'
+question sets and judge verdicts (pipeline/micro_vlm_writing.py: parse rate and exact match per
+format); then how many held-out and benchmark requests repeat a request of a 300,000-draw training
+stream word for word. Its backbone
 is a config name (conf/backbones/micro.yaml); to measure a folder `train` wrote elsewhere, give a
 backbones/<name>.yaml with model_id: <that folder> in a $DEPICT_CONF folder.
 """
@@ -92,7 +98,7 @@ ALLOWED = {"train": {"out": str, "seconds": float, "seed": int, "threads": int, 
                      "per_step": requests_per_step, "hybrid_share": share, "negbench_share": share, "open_share": share,
                      "checkpoint_minutes": float, "write_per_step": lessons_per_step, "write_weight": float,
                      "refusal_share": share, "write_open_share": float, "write_eval_every": float, "resume": str},
-           "evaluate": {"backbone": str, "n_per_type": int, "seed": int, "out": str}}
+           "evaluate": {"backbone": str, "n_per_type": int, "n_views": int, "n_writing": int, "seed": int, "out": str}}
 
 
 def parse(command: str, rest: list[str]) -> dict:
@@ -122,8 +128,10 @@ def parse(command: str, rest: list[str]) -> dict:
                 folder = args.pop("resume")
                 args = {**resume_options(folder), **args, "init": folder, "resume": True}
             check_train_options(**args)
-        elif args.get("n_per_type", 1) < 1:
-            raise ValueError(f"n_per_type must be a whole number of 1 or more, got {args['n_per_type']}")
+        else:
+            for name, least in (("n_per_type", 1), ("n_views", 1), ("n_writing", 0)):
+                if args.get(name, least) < least:
+                    raise ValueError(f"{name} must be a whole number of {least} or more, got {args[name]}")
     except ValueError as exc:
         raise InputError(str(exc)) from None
     return args

@@ -34,6 +34,7 @@ from operators import demo_world
 from operators.micro_vlm_recipe import check_train_options as check_train_options  # jobs/micro_vlm.py checks first
 from operators.micro_vlm_recipe import check_writable as check_writable
 from operators.micro_vlm_recipe import resume_options as resume_options
+from pipeline import micro_vlm_views, micro_vlm_writing
 
 FLOORS = {"image": 0.95, "image_per_type": 0.90, "caption": 0.97, "holistic_auc": 0.90, "answer_mass_median": 0.9,
           "open_gap_median": 0.15}
@@ -332,9 +333,20 @@ def floors(table: pl.DataFrame) -> dict[str, bool]:
     }
 
 
+def _written(engine, spec, templates: dict, n: int, seed: int, open_share: float):
+    """The three question sets and both judge verdicts on `n` held-out captions and scenes."""
+    pairs = micro_vlm_writing.heldout_pairs(n, seed)
+    return (micro_vlm_writing.write_questions(engine, [c for c, _ in pairs], templates, open_share, spec.max_new_tokens, spec.system_prompt)
+            + micro_vlm_writing.write_judgements(engine, pairs, templates, spec.max_new_tokens, spec.system_prompt))
+
+
 def evaluate_micro_vlm(backbone: str = "micro", n_per_type: int = 200, seed: int = 0, root: str | None = None, out: str | None = None,
-                       overrides: Sequence[str] = (), n_train: int = 300_000) -> dict[str, pl.DataFrame]:
-    """Held-out and benchmark tables for `backbone` (a conf/backbones name), printed and returned."""
+                       overrides: Sequence[str] = (), n_train: int = 300_000, n_views: int = 200,
+                       n_writing: int | None = None) -> dict[str, pl.DataFrame]:
+    """Held-out and benchmark tables for `backbone` (a conf/backbones name), printed and returned:
+    answers (held-out draws, the benchmark's requests, hybrid captions), claims on masked views
+    (`pipeline.micro_vlm_views`, `n_views` claims) and, for a backbone that writes questions,
+    its writing (`pipeline.micro_vlm_writing`, `n_writing` captions; default 40)."""
     import tempfile
 
     from operators.engines import load_engine
@@ -347,6 +359,7 @@ def evaluate_micro_vlm(backbone: str = "micro", n_per_type: int = 200, seed: int
     cfg = load_config([f"backbones=[{backbone}]", *overrides])
     spec = cfg.backbones[backbone]
     require_models([spec])
+    n_writing = (40 if spec.writes_questions else 0) if n_writing is None else n_writing
     start = time.monotonic()
     engine = load_engine(spec)
     loaded = time.monotonic() - start
@@ -358,16 +371,25 @@ def evaluate_micro_vlm(backbone: str = "micro", n_per_type: int = 200, seed: int
         held_requests = heldout_requests(n_per_type, seed)
         held = answer_world_requests(engine, held_requests, templates, spec.system_prompt)
         hybrid = answer_world_requests(engine, hybrid_requests(3 * n_per_type, seed + 1), templates, spec.system_prompt)
+        viewed = micro_vlm_views.answer_views(engine, micro_vlm_views.heldout_claims(n_views, seed), templates, spec.system_prompt)
+        written = _written(engine, spec, templates, n_writing, seed, default.questions.open_share) if n_writing else None
         answered = time.monotonic() - start
     finally:
         engine.close()
     tables = {"heldout": summarize(held), "benchmark": summarize(bench), "heldout_hybrid": summarize(hybrid)}
+    views = micro_vlm_views.summarize_views(viewed)
+    tables["views"] = pl.DataFrame([views])
+    if written is not None:
+        tables["writing"] = pl.DataFrame([{"kind": kind, **row} for kind, row in micro_vlm_writing.summary(written).items()])
     with pl.Config(tbl_rows=100, tbl_cols=20):
         for name, table in tables.items():
             print(f"{name} ({backbone}, engine {spec.engine}):")
             print(table)
-            if name != "heldout_hybrid":  # caption-only requests alone: no floors of their own
+            if name in ("heldout", "benchmark"):  # the hybrid caption-only requests have no floors of their own
                 print("floors:", json.dumps(floors(table)))
+        print("views floors:", json.dumps(micro_vlm_views.view_floors(views)))
+        if written is not None:
+            print("writing floors:", json.dumps(micro_vlm_writing.writing_floors(micro_vlm_writing.summary(written))))
     overlap = verbatim_overlap(held_requests, requests, n_train)
     print("verbatim repeats of a training stream's requests:", json.dumps(overlap))
     print(f"engine load {loaded:.1f}s; {len(held) + len(bench) + len(hybrid)} requests in {answered:.1f}s")

@@ -110,6 +110,13 @@ def summary(written: Sequence[Written]) -> dict[str, dict[str, float]]:
     return out
 
 
+def writing_floors(per_kind: dict[str, dict[str, float]]) -> dict[str, bool]:
+    """Which of `FLOORS` each question format of a `summary` (or `question_match`) meets; the
+    judge's verdicts have no floor of their own (their parse rate is the judge validity rate)."""
+    return {f"{kind} {name} >= {FLOORS[name]}": row[name] >= FLOORS[name]
+            for kind, row in per_kind.items() if kind in PARSERS for name in ("parse", "exact")}
+
+
 def question_match(questions, captions: Sequence[str], sets: Sequence[str] = tuple(PARSERS)) -> dict[str, dict[str, float]]:
     """A run's written questions (its QUESTIONS table) against the world's, per question set:
     `parse`, the share of captions with any rows of that set (an unparseable generation leaves

@@ -128,21 +128,23 @@ def held_out_table(engine, requests=None):
     return {(r["kind"], r["fact_type"]): r for r in table.iter_rows(named=True)}
 
 
-def test_the_evaluate_job_prints_and_writes_its_three_tables(tmp_path, capsys):
+def test_the_evaluate_job_prints_and_writes_its_tables(tmp_path, capsys):
     """`python jobs/micro_vlm.py evaluate`: held-out draws and the demo's requests against the
-    floors, and held-out hybrid captions (a thing stated beside a thing denied) on their own."""
+    floors, held-out hybrid captions (a thing stated beside a thing denied) on their own, and
+    claims on masked views against theirs."""
     from pipeline.micro_vlm_training import evaluate_micro_vlm, hybrid_requests
 
-    tables = evaluate_micro_vlm(n_per_type=2, root=str(tmp_path / "root"), out=str(tmp_path / "out"), n_train=3000)
-    assert sorted(tables) == ["benchmark", "heldout", "heldout_hybrid"]
-    assert {p.name for p in (tmp_path / "out").iterdir()} == {"benchmark.csv", "heldout.csv", "heldout_hybrid.csv", "overlap.json"}
+    tables = evaluate_micro_vlm(n_per_type=2, root=str(tmp_path / "root"), out=str(tmp_path / "out"), n_train=3000, n_views=12)
+    assert sorted(tables) == ["benchmark", "heldout", "heldout_hybrid", "views"]
+    assert {p.name for p in (tmp_path / "out").iterdir()} == {"benchmark.csv", "heldout.csv", "heldout_hybrid.csv", "views.csv", "overlap.json"}
     overlap = json.loads((tmp_path / "out" / "overlap.json").read_text())
     assert overlap["training_draws"] == 3000 and overlap["heldout_repeats"] == overlap["benchmark_repeats"] == 0 < overlap["heldout_requests"]
     hybrid = tables["heldout_hybrid"]
     assert set(hybrid["kind"]) == {"caption"} and hybrid.filter(hybrid["fact_type"] == "all")["n"].item() == 6
     assert all(" no " in f" {r.caption} " for r in hybrid_requests(20))
+    assert tables["views"]["claims"].item() == 12
     printed = capsys.readouterr().out
-    assert printed.count("floors:") == 2 and "heldout_hybrid (micro, engine hf):" in printed
+    assert printed.count("floors:") == 3 and "heldout_hybrid (micro, engine hf):" in printed and "views floors:" in printed
 
 
 def test_the_train_job_refuses_shares_outside_zero_to_one_before_training(tmp_path, capsys):

@@ -1,0 +1,129 @@
+"""How a backbone's answers to claims move when the evidence checks mask their evidence, measured
+on held-out demo scenes whose truth under every view is known (operators/demo_views.py).
+
+Each held-out claim (the world's fact types, true or false evenly) is asked, through the engine
+and the run's `claim` template, on three views drawn as the evidence stage draws them: the image
+I, the evidence filled I\\E (every thing the claim names, in a detector-like box) and a matched
+control filled I\\R (production control rules). Claims whose views cut a thing in half are
+not drawn (no one could say what such a view shows). Per claim:
+
+- drop = p_yes(I) - p_yes(I\\E), averaged over true claims about things that are there (hiding
+  them makes the claim false): the evidence matters (floor >= 0.5);
+- control move = |p_yes(I) - p_yes(I\\R)|, averaged over claims whose truth the control leaves
+  unchanged: a random region does not matter (floor <= 0.1);
+- the causal delta d_sel - d_rnd (log-odds, docs/method.md "Causal deltas") ranks true claims
+  above false ones: AUC (floor >= 0.9).
+
+The views are the pipeline's own (`operators.views.render_view`, PNG bytes decoded as the
+engine decodes them), so a model measured here answers the evidence stage's views the same way.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from operators import demo_views, demo_world
+
+FLOORS = {"drop_mean": 0.5, "control_move_mean": 0.1, "delta_auc": 0.9}
+
+
+@dataclass(frozen=True)
+class ViewedClaim:
+    """One claim with its three views and their truths."""
+
+    fact: demo_world.Fact
+    scene: demo_world.Scene
+    evidence: demo_views.SceneView
+    control: demo_views.SceneView
+    truth: bool  # on the image
+    truth_without_evidence: bool
+    truth_without_control: bool
+
+
+def heldout_claims(n: int, seed: int = 0, fill: str = "blur") -> list[ViewedClaim]:
+    """`n` held-out claims, true and false in turn, each with an evidence view and a control view
+    that cut no thing in half."""
+    sampler = demo_world.WorldSampler(f"views-{seed}", "heldout")
+    rng = sampler.rng
+    types = tuple(demo_world.FACT_TYPES.values())
+    out: list[ViewedClaim] = []
+    while len(out) < n:
+        scene = sampler.scene()
+        fact = sampler.fact(scene, types[len(out) % len(types)], len(out) % 2 == 0)
+        if fact is None:
+            continue
+        evidence = demo_views.draw_view(scene, fact, "minus_evidence", fill, rng)
+        control = demo_views.draw_view(scene, fact, "minus_control", fill, rng)
+        if evidence is None or control is None:
+            continue
+        without_e, without_r = evidence.shown(), control.shown()
+        if without_e is None or without_r is None:
+            continue
+        out.append(ViewedClaim(fact, scene, evidence, control, fact.holds(scene), fact.holds(without_e), fact.holds(without_r)))
+    return out
+
+
+def answer_views(engine, claims: Sequence[ViewedClaim], templates: dict, system: str | None = None) -> pl.DataFrame:
+    """p_yes and log-odds of each claim on I, I\\E and I\\R, through the engine as the answers stage asks."""
+    from operators.answering import answer_prompt, tell_templates
+    from operators.hashing import image_hash
+    from operators.images import decode_image
+    from operators.views import png_bytes
+
+    tell_templates(engine, templates)
+    prompts = []
+    for c in claims:
+        for data in (demo_world.png_bytes(demo_world.render(c.scene)), png_bytes(c.evidence.pixels()), png_bytes(c.control.pixels())):
+            row = {"text": c.fact.claim().text, "caption": None, "image_hash": image_hash(data)}
+            prompts.append(answer_prompt("claim", row, templates, decode_image(data, "view.png"), system))
+    logp = np.asarray(engine.score_yes_no(prompts), dtype=np.float64).reshape(len(claims), 3, 2)
+    odds = logp[:, :, 0] - logp[:, :, 1]
+    p_yes = 1 / (1 + np.exp(-odds))
+    return pl.DataFrame({
+        "fact_type": [demo_world.FACT_TYPES[c.fact.kind] for c in claims],
+        "claim": [c.fact.claim().text for c in claims],
+        "truth": [c.truth for c in claims],
+        "truth_without_evidence": [c.truth_without_evidence for c in claims],
+        "truth_without_control": [c.truth_without_control for c in claims],
+        "p_image": p_yes[:, 0], "p_without_evidence": p_yes[:, 1], "p_without_control": p_yes[:, 2],
+        "d_sel": odds[:, 0] - odds[:, 1], "d_rnd": odds[:, 0] - odds[:, 2],
+    })
+
+
+def summarize_views(answers: pl.DataFrame) -> dict:
+    """The three numbers of the module docstring, with their counts."""
+    from pipeline.micro_vlm_training import auc
+
+    hidden = answers.filter(pl.col("truth") & ~pl.col("truth_without_evidence"))
+    steady = answers.filter(pl.col("truth") == pl.col("truth_without_control"))
+    delta = (answers["d_sel"] - answers["d_rnd"]).to_list()
+
+    def mean(values: pl.Series) -> float | None:
+        return None if values.is_empty() else round(float(values.mean()), 4)
+
+    out = {
+        "claims": answers.height,
+        "accuracy_image": round(float(((answers["p_image"] > 0.5) == answers["truth"]).mean()), 4),
+        "drop_mean": mean(hidden["p_image"] - hidden["p_without_evidence"]), "drop_n": hidden.height,
+        "control_move_mean": mean((steady["p_image"] - steady["p_without_control"]).abs()), "control_n": steady.height,
+        "delta_auc": auc(delta, answers["truth"].to_list()),
+    }
+    out["delta_auc"] = None if out["delta_auc"] is None or math.isnan(out["delta_auc"]) else round(out["delta_auc"], 4)
+    return out
+
+
+def view_floors(summary: dict) -> dict[str, bool]:
+    """Which of `FLOORS` a summary meets (a missing number meets none)."""
+    def at_least(name: str) -> bool:
+        return summary[name] is not None and summary[name] >= FLOORS[name]
+
+    return {
+        f"drop on hiding the evidence of a true claim >= {FLOORS['drop_mean']}": at_least("drop_mean"),
+        f"move on hiding a control <= {FLOORS['control_move_mean']}": summary["control_move_mean"] is not None
+        and summary["control_move_mean"] <= FLOORS["control_move_mean"],
+        f"AUC of d_sel - d_rnd, true vs false claims >= {FLOORS['delta_auc']}": at_least("delta_auc"),
+    }
