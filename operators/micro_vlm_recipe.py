@@ -42,6 +42,7 @@ from pathlib import Path
 
 from operators import demo_views, demo_world, micro_vlm_writing
 from operators.engines.base import Prompt
+from operators.micro_vlm_writing import ImagePlaceholder
 from operators.prompts import fill
 from operators.views import MASKED_VIEWS
 
@@ -243,10 +244,6 @@ def focus_cells(request: demo_world.WorldRequest) -> list[float]:
     return subject + other
 
 
-class _Shown:
-    """Stands in for an image in a Prompt: the chat template only asks whether there is one."""
-
-
 class Encoder:
     """Requests -> the model's inputs, the same ids the processor makes from the rendered chat."""
 
@@ -271,7 +268,7 @@ class Encoder:
     def text(self, request: demo_world.WorldRequest) -> str:
         from operators.engines.yesno import render_prompt
 
-        image = _Shown() if request.kind != "caption" else None
+        image = ImagePlaceholder() if request.kind != "caption" else None
         return render_prompt(self.processor, Prompt(user=request_text(request, self.templates), image=image))
 
     def ids(self, request: demo_world.WorldRequest) -> list[int]:

@@ -29,6 +29,10 @@ _FOREIGN = ("dog", "cat", "tree", "house", "car", "man", "woman", "ball", "table
             "purple", "orange", "hexagon", "oval", "under", "near", "behind", "four", "five", "one", "the")
 
 
+class ImagePlaceholder:
+    """Stands in for an image in a Prompt: the chat template only asks whether there is one."""
+
+
 @dataclass(frozen=True)
 class Lesson:
     kind: str  # one of WRITE_KINDS
@@ -66,10 +70,9 @@ def draw_lesson(sampler: demo_world.WorldSampler, kind: str, open_share: float, 
 def prompt_text(processor, templates: Mapping[str, str], lesson: Lesson) -> str:
     """What the model reads before it writes, exactly as the generation stages render it."""
     from operators.engines.yesno import render_prompt
-    from operators.micro_vlm_recipe import _Shown
 
     user = fill(templates[TEMPLATES[lesson.kind]], caption=lesson.caption)
-    return render_prompt(processor, Prompt(user=user, image=_Shown() if lesson.scene is not None else None))
+    return render_prompt(processor, Prompt(user=user, image=ImagePlaceholder() if lesson.scene is not None else None))
 
 
 class LessonEncoder:

@@ -96,7 +96,7 @@ def answer_views(engine, claims: Sequence[ViewedClaim], templates: dict, system:
 
 def summarize_views(answers: pl.DataFrame) -> dict:
     """The three numbers of the module docstring, with their counts."""
-    from pipeline.micro_vlm_training import auc
+    from pipeline.stats.classification import roc_auc
 
     hidden = answers.filter(pl.col("truth") & ~pl.col("truth_without_evidence"))
     steady = answers.filter(pl.col("truth") == pl.col("truth_without_control"))
@@ -110,9 +110,9 @@ def summarize_views(answers: pl.DataFrame) -> dict:
         "accuracy_image": round(float(((answers["p_image"] > 0.5) == answers["truth"]).mean()), 4),
         "drop_mean": mean(hidden["p_image"] - hidden["p_without_evidence"]), "drop_n": hidden.height,
         "control_move_mean": mean((steady["p_image"] - steady["p_without_control"]).abs()), "control_n": steady.height,
-        "delta_auc": auc(delta, answers["truth"].to_list()),
+        "delta_auc": roc_auc(np.asarray(delta), answers["truth"].to_numpy()),
     }
-    out["delta_auc"] = None if out["delta_auc"] is None or math.isnan(out["delta_auc"]) else round(out["delta_auc"], 4)
+    out["delta_auc"] = None if math.isnan(out["delta_auc"]) else round(out["delta_auc"], 4)
     return out
 
 
