@@ -167,8 +167,9 @@ def test_the_train_jobs_weights_and_steps_read_as_written_and_name_the_valid_cho
     assert requests_per_step("image:64,caption:32,holistic:32") == {"image": 64, "caption": 32, "holistic": 32}
     with pytest.raises(ValueError, match="unknown fact type 'colour'; valid: existence, attribute"):
         fact_type_weights("colour:2")
-    with pytest.raises(ValueError, match="unknown request kind 'claim'; valid: image, caption, holistic"):
-        requests_per_step("claim:8")
+    assert requests_per_step("claim:8,view:8") == {"claim": 8, "view": 8}
+    with pytest.raises(ValueError, match="unknown request kind 'judge'; valid: image, caption, holistic, claim, view"):
+        requests_per_step("judge:8")
     assert main(["train", "type_weights=colour:2", f"out={tmp_path}"]) == 2
     err = capsys.readouterr().err
     assert "type_weights must be a list of fact_type:weight, got 'colour:2'" in err and "valid: existence" in err
