@@ -42,6 +42,7 @@ PALETTE = np.array(demo_world._PALETTE, dtype=np.uint8)
 
 # Floors on held-out scenes, measured through operators/grounding.py with default Thresholds.
 FLOORS = {"recall_colour_shape": 0.95, "recall_shape": 0.95, "recall_several": 0.95, "absent_clean": 0.95}
+THRESHOLD_GRID = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4)  # box (= text) thresholds `calibrate` tries
 
 DEFAULTS = {
     "seed": 0, "threads": 1, "lr": 2e-4, "batch": 16, "absent_share": 0.3, "plural_share": 0.15,
@@ -222,12 +223,13 @@ def presence_loss(logits, input_ids, attention_mask, not_phrase_ids: Sequence[in
 # ------------------------------------------------------------------------ evaluation
 
 
-def heldout_queries(seed: int, scenes: int) -> list[Query]:
+def heldout_queries(seed: int, scenes: int, split: str = "heldout") -> list[Query]:
     """Per held-out scene: an object's colour + shape, its shape alone, an absent phrase (a near
-    miss or anything else that names nothing there), and a plural ("red circles", "stars")."""
-    sampler = demo_world.WorldSampler(seed, "heldout")
-    rng = random.Random(f"micro-grounding/heldout/{seed}")
-    plurals = random.Random(f"micro-grounding/heldout-plural/{seed}")
+    miss or anything else that names nothing there), and a plural ("red circles", "stars").
+    `split="train"`: the same mix on training scenes (what thresholds are chosen on)."""
+    sampler = demo_world.WorldSampler(seed, split)
+    rng = random.Random(f"micro-grounding/{split}/{seed}")
+    plurals = random.Random(f"micro-grounding/{split}-plural/{seed}")
     out = []
     for _ in range(scenes):
         scene = sampler.scene()
@@ -288,6 +290,27 @@ def separation(present: np.ndarray, absent: np.ndarray) -> dict:
     above = (present[:, None] > absent[None, :]).mean() + 0.5 * (present[:, None] == absent[None, :]).mean()
     return {"auc_present_absent": round(float(above), 4), "median_present": round(float(np.median(present)), 4),
             "median_absent": round(float(np.median(absent)), 4)}
+
+
+def calibrate(model_path: str | os.PathLike, seed: int = 2, scenes: int = 150, grid: Sequence[float] = THRESHOLD_GRID,
+              batch_size: int = 16) -> dict:
+    """The box threshold (text threshold the same) to run this detector at, chosen on TRAINING
+    scenes, never on the held-out ones its floors are measured on: the one whose worst floor
+    quantity (recall per phrase kind, absent phrases left clean) is highest, the higher
+    threshold on a tie. Returns the choice and the table over `grid`."""
+    from operators.grounding import GroundingDetector
+
+    detector = GroundingDetector(str(model_path), thresholds=Thresholds(), batch_size=batch_size, device="cpu")
+    queries = heldout_queries(seed, scenes, split="train")
+    images = [scene_image(q.scene) for q in queries]
+    rows = []
+    for t in grid:
+        detector.thresholds = Thresholds(box=t, text=t)
+        report = score_detections(queries, detector.detect(images, [q.phrase for q in queries]))
+        rows.append({"threshold": t, **{k: report.get(k) for k in FLOORS}, "worst": min(report.get(k) or 0.0 for k in FLOORS)})
+    detector.close()
+    best = max(rows, key=lambda r: (r["worst"], r["threshold"]))
+    return {"threshold": best["threshold"], "table": rows}
 
 
 def evaluate(model_path: str | os.PathLike, seed: int = 1, scenes: int = 150, thresholds: Thresholds | None = None,

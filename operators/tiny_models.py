@@ -350,7 +350,11 @@ BUILDERS: dict[str, Callable[..., Path]] = {
 
 # Trained models shipped inside the package (not built): `builtin:<name>` -> folder. Their
 # revision in answer keys is a hash of their files (`builtin_revision`), not RECIPE_VERSION.
-SHIPPED = {"builtin:micro-vlm": Path(__file__).parent / "weights" / "micro_vlm"}
+SHIPPED = {
+    "builtin:micro-vlm": Path(__file__).parent / "weights" / "micro_vlm",
+    "builtin:micro-grounding-dino": Path(__file__).parent / "weights" / "micro_grounding_dino",
+}
+TRAINED_BY = {"micro_vlm": "python jobs/micro_vlm.py train", "micro_grounding_dino": "python jobs/micro_grounding.py train"}
 
 
 def builtin_revision(model_id: str) -> str:
@@ -369,7 +373,7 @@ def _shipped_hash(folder: str) -> str:
     found = Path(folder).iterdir() if Path(folder).is_dir() else ()
     files = sorted(p for p in found if p.is_file() and p.suffix in (".json", ".safetensors", ".jinja", ".txt"))
     if not any(p.suffix == ".safetensors" for p in files):
-        raise FileNotFoundError(f"no weights in {folder}: the package is incomplete (reinstall it, or train: python jobs/micro_vlm.py train)")
+        raise FileNotFoundError(f"no weights in {folder}: the package is incomplete (reinstall it, or train: {TRAINED_BY[Path(folder).name]})")
     for path in files:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return "weights-" + digest.hexdigest()

@@ -36,12 +36,16 @@ def train_micro_grounding(out: str, seconds: float, resume: str | None = None, *
     return train(out, seconds, resume=resume, log=lambda line: print(line, flush=True), **options)
 
 
-def evaluate_micro_grounding(model: str, seed: int = 1, scenes: int = 300, out: str | None = None) -> dict:
+def evaluate_micro_grounding(model: str, seed: int = 1, scenes: int = 300, out: str | None = None,
+                             threshold: float | None = None) -> dict:
     """Held-out recall and absent-phrase numbers of a saved detector against `FLOORS`, printed
-    (and written to out/evaluation.json when `out` is given)."""
+    (and written to out/evaluation.json when `out` is given); `threshold`: box and text
+    thresholds (default: the operator's)."""
+    from operators.grounding import Thresholds
     from operators.micro_grounding_recipe import evaluate
 
-    report = evaluate(model, seed=seed, scenes=scenes)
+    thresholds = Thresholds(box=threshold, text=threshold) if threshold is not None else None
+    report = evaluate(model, seed=seed, scenes=scenes, thresholds=thresholds)
     print(json.dumps(report))
     for name, floor in FLOORS.items():
         value = report.get(name)
@@ -49,3 +53,16 @@ def evaluate_micro_grounding(model: str, seed: int = 1, scenes: int = 300, out: 
     if out is not None:
         (Path(out) / "evaluation.json").write_text(json.dumps(report, indent=1))
     return report
+
+
+def calibrate_micro_grounding(model: str, seed: int = 2, scenes: int = 150) -> dict:
+    """`calibrate` (training scenes), printed as a table with the chosen threshold."""
+    from operators.micro_grounding_recipe import calibrate
+
+    result = calibrate(model, seed=seed, scenes=scenes)
+    names = ["threshold", *FLOORS, "worst"]
+    print("  ".join(f"{n:>19}" for n in names))
+    for row in result["table"]:
+        print("  ".join(f"{row[n]:>19}" for n in names))
+    print(f"chosen on training scenes: box_threshold = text_threshold = {result['threshold']}")
+    return result

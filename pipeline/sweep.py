@@ -211,12 +211,30 @@ def summary_text(cfg: ResolvedConfig, result: RunResult) -> str:
     if result.statistics is not None and result.statistics.height:
         lines.append("")
         lines.append(headline_table(result.statistics, cfg))
+    if cfg.sweep.evidence.enabled:
+        lines.append("")
+        lines += evidence_lines(cfg, result.run_dir)
     lines.append("")
     extra = (", evidence/" if cfg.sweep.evidence.enabled else "") + (", judge/" if any(r.stage == "judge" for r in result.reports) else "")
     lines.append(f"outputs: {result.run_dir}/  (items, questions, scores/, records/{extra}, statistics, deltas, errors, manifest.json)")
     lines.append(f"tables and figures: depict tables run={result.run_dir}")
     lines.append(f"answer cache: {cfg.sweep.store}/")
     return "\n".join(lines)
+
+
+def evidence_lines(cfg: ResolvedConfig, run_dir: str) -> list[str]:
+    """The causal deltas of each backbone's evidence checks, read back from the run folder."""
+    from pipeline.reports.evidence import delta_lines, delta_summary
+    from pipeline.store.fs import exists, join_url, read_table
+
+    b = cfg.sweep.bootstrap
+    summaries = {}
+    for backbone in cfg.sweep.backbones:
+        url = join_url(run_dir, "evidence", backbone, "deltas.parquet")
+        if exists(url):
+            deltas = pl.from_arrow(read_table(url))
+            summaries[backbone] = delta_summary(deltas, b.n_resamples, b.seed, b.confidence)
+    return delta_lines(summaries) if summaries else ["evidence deltas: none written (no claim was grounded)"]
 
 
 def headline_table(statistics: pl.DataFrame, cfg: ResolvedConfig) -> str:

@@ -195,6 +195,18 @@ def test_deltas_are_null_with_a_note_when_a_view_answer_is_missing():
     assert deltas.row(1, named=True)["note"] == "no_evidence" and deltas.row(1, named=True)["s_full"] is None
 
 
+def test_a_shipped_detectors_boxes_are_keyed_by_its_weights(monkeypatch):
+    """New weights in the package never reuse the boxes the old ones found."""
+    from operators import tiny_models
+    from pipeline.config import DetectorSpec
+
+    spec = DetectorSpec(name="micro-grounding-dino", model_id="builtin:micro-grounding-dino")
+    before = detector_fingerprint(spec)
+    assert tiny_models.builtin_revision(spec.model_id).startswith("weights-")
+    monkeypatch.setattr(tiny_models, "builtin_revision", lambda model_id: "weights-retrained")
+    assert detector_fingerprint(spec) != before
+
+
 def test_a_failed_detection_is_no_evidence_not_a_false_claim(tmp_path, tiny_gdino_dir):
     """The grounding actor's work, called in-process on a batch with an unreadable image."""
     good = tmp_path / "good.png"
@@ -299,6 +311,19 @@ def test_deltas_follow_the_formulas(evidence_run):
     full = deltas.join(records, left_on=["item_id", "claim_id"], right_on=["item_id", "question_id"])
     assert full.height == deltas.height  # s(I) is the claim's ordinary answer, not a new request
     np.testing.assert_allclose(full["s_full"].to_numpy(), (full["logp_yes_v"] - full["logp_no_v"]).to_numpy())
+
+
+@pytest.mark.slow
+def test_the_summary_prints_the_deltas_the_run_wrote(evidence_run):
+    from pipeline.reports.evidence import delta_summary
+    from pipeline.sweep import summary_text
+
+    cfg, result = evidence_run
+    text = summary_text(cfg, result)
+    block = text[text.index("evidence deltas"):]
+    summary = delta_summary(read(result, "evidence/smoke/deltas.parquet"), cfg.sweep.bootstrap.n_resamples, cfg.sweep.bootstrap.seed)
+    row = next(line for line in block.splitlines() if line.startswith("smoke "))
+    assert row.split()[1] == str(summary["claims"]) and f"{summary['d_sel'][0]:.2f}" in row
 
 
 @pytest.mark.slow

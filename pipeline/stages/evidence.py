@@ -149,8 +149,12 @@ def select_items(items: pl.DataFrame, scores: pl.DataFrame, spec: SelectSpec, ta
 
 
 def detector_fingerprint(d: DetectorSpec) -> str:
-    """Everything that can change a query's boxes (thresholds included)."""
-    return content_key(d.model_id, d.revision, d.dtype, repr(sorted((d.image_size or {}).items())), d.box_threshold, d.text_threshold, d.nms_iou, d.max_boxes)
+    """Everything that can change a query's boxes (thresholds included); a `builtin:` detector's
+    revision is its files' hash (or recipe version), so new shipped weights never reuse old boxes."""
+    from operators.tiny_models import builtin_revision
+
+    revision = builtin_revision(d.model_id) if d.model_id.startswith("builtin:") else d.revision
+    return content_key(d.model_id, revision, d.dtype, repr(sorted((d.image_size or {}).items())), d.box_threshold, d.text_threshold, d.nms_iou, d.max_boxes)
 
 
 def detection_key(fingerprint: str, image_hash: str, phrase: str) -> str:
