@@ -26,7 +26,6 @@ import os
 import random
 import shutil
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,12 +34,11 @@ import numpy as np
 
 from operators import demo_world
 from operators.grounding import Thresholds, normalise_phrase
+from operators.run_folders import CHECKPOINT, TRAINER_STATE, check_writable, save_checkpoint
 
-CHECKPOINT = "checkpoint"  # out/checkpoint: the latest state of a run still going
-TRAINER_STATE = "trainer.pt"  # in a checkpoint: optimizer and generators, what `resume` restores
 PALETTE = np.array(demo_world._PALETTE, dtype=np.uint8)
 
-# Floors on held-out scenes, measured through operators/grounding.py with default Thresholds.
+# Floors on held-out scenes, measured through operators/grounding.py at the thresholds `calibrate` chose on training scenes.
 FLOORS = {"recall_colour_shape": 0.95, "recall_shape": 0.95, "recall_several": 0.95, "absent_clean": 0.95}
 THRESHOLD_GRID = (0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4)  # box (= text) thresholds `calibrate` tries
 
@@ -369,46 +367,6 @@ def check_options(options: dict) -> dict:
     if merged["warmup_steps"] < 0 or merged["curriculum_seconds"] < 0:
         raise ValueError("warmup_steps and curriculum_seconds must not be negative")
     return merged
-
-
-def check_writable(out: str | Path) -> Path:
-    """Create `out` and write a probe file in it, so a folder that cannot be written fails
-    before training (OSError naming the path)."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    probe = out / f".write-check-{uuid.uuid4().hex}"
-    probe.write_bytes(b"")
-    probe.unlink()
-    return out
-
-
-def _swap_in(staging: Path, final: Path) -> None:
-    """Put the folder `staging` where `final` is: a reader sees the old folder or the new one."""
-    old = final.with_name(f".{final.name}-old")
-    shutil.rmtree(old, ignore_errors=True)
-    if final.exists():
-        os.rename(final, old)
-    os.rename(staging, final)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def save_checkpoint(model, processor, out: str | Path, state: dict, trainer: dict) -> Path:
-    """Model (float32), processor, `state` (step, seconds trained, options) and `trainer`
-    (what `resume` restores) in out/checkpoint, swapped in whole."""
-    import torch
-
-    out = Path(out)
-    staging = out / f".{CHECKPOINT}-{uuid.uuid4().hex}"
-    try:
-        staging.mkdir()
-        model.save_pretrained(staging)
-        processor.save_pretrained(staging)
-        (staging / "training.json").write_text(json.dumps(state, indent=1))
-        torch.save(trainer, staging / TRAINER_STATE)
-        _swap_in(staging, out / CHECKPOINT)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return out / CHECKPOINT
 
 
 def resume_options(checkpoint: str | Path) -> dict:

@@ -44,6 +44,7 @@ from operators import demo_views, demo_world, micro_vlm_writing
 from operators.engines.base import Prompt
 from operators.micro_vlm_writing import ImagePlaceholder
 from operators.prompts import fill
+from operators.run_folders import CHECKPOINT, TRAINER_STATE, check_writable, save_checkpoint
 from operators.views import MASKED_VIEWS
 
 IMAGE_SIDE = 96  # 6x6 patches of 16 px, merged 2x2: one visual token per grid cell
@@ -400,7 +401,6 @@ def answer_loss(logits, yes: int, no: int, target_yes):
 
 # ---------------------------------------------------------------------------- arguments and saving
 
-CHECKPOINT = "checkpoint"  # out/checkpoint: the latest float32 model of a run still going (init= continues it)
 
 
 def check_train_options(
@@ -489,49 +489,6 @@ def steps_per_kind(per_step: Mapping[str, int]) -> dict[str, int]:
     return counts
 
 
-def check_writable(out: str | Path) -> Path:
-    """Create `out` and write a probe file in it, so that an output that cannot be written fails
-    before training rather than after it (OSError naming the path)."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    probe = out / f".write-check-{uuid.uuid4().hex}"
-    probe.write_bytes(b"")
-    probe.unlink()
-    return out
-
-
-def _swap_in(staging: Path, final: Path) -> None:
-    """Put the folder `staging` where `final` is: a reader sees the old folder or the new one."""
-    old = final.with_name(f".{final.name}-old")
-    shutil.rmtree(old, ignore_errors=True)
-    if final.exists():
-        os.rename(final, old)
-    os.rename(staging, final)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-TRAINER_STATE = "trainer.pt"  # in a checkpoint: the optimizer, the training-only heads and the draw generators
-
-
-def save_checkpoint(model, processor, out: str | Path, state: dict, trainer: dict | None = None) -> Path:
-    """The model in float32 (training goes on from exactly these weights), its processor,
-    `state` (step, seconds trained, the run's options) and `trainer` (what `resume` restores)
-    in out/checkpoint, swapped in whole."""
-    out = Path(out)
-    staging = out / f".{CHECKPOINT}-{uuid.uuid4().hex}"
-    try:
-        staging.mkdir()
-        model.save_pretrained(staging)
-        processor.save_pretrained(staging)
-        (staging / "training.json").write_text(json.dumps(state, indent=1, default=str))
-        if trainer is not None:
-            import torch
-
-            torch.save(trainer, staging / TRAINER_STATE)
-        _swap_in(staging, out / CHECKPOINT)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return out / CHECKPOINT
 
 
 def train(

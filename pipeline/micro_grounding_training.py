@@ -14,7 +14,7 @@ from pathlib import Path
 from operators.micro_grounding_recipe import DEFAULTS as DEFAULTS
 from operators.micro_grounding_recipe import FLOORS as FLOORS
 from operators.micro_grounding_recipe import RESUME_OVERRIDES, check_options, resume_options
-from operators.micro_grounding_recipe import check_writable as check_writable
+from operators.run_folders import check_writable as check_writable
 
 
 def check_train_arguments(seconds: float, resume: str | None, options: dict) -> dict:

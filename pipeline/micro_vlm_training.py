@@ -32,8 +32,8 @@ import polars as pl
 
 from operators import demo_world
 from operators.micro_vlm_recipe import check_train_options as check_train_options  # jobs/micro_vlm.py checks first
-from operators.micro_vlm_recipe import check_writable as check_writable
 from operators.micro_vlm_recipe import resume_options as resume_options
+from operators.run_folders import check_writable as check_writable
 from pipeline import micro_vlm_views, micro_vlm_writing
 
 FLOORS = {"image": 0.95, "image_per_type": 0.90, "caption": 0.97, "holistic_auc": 0.90, "answer_mass_median": 0.9,
