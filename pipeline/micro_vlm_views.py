@@ -1,7 +1,7 @@
 """How a backbone's answers to claims move when the evidence checks mask their evidence, measured
 on held-out demo scenes whose truth under every view is known (operators/demo_views.py).
 
-Each held-out claim (the world's fact types, true or false evenly) is asked, through the engine
+Each held-out claim (the world's fact types, true or false evenly, naming something there) is asked, through the engine
 and the run's `claim` template, on three views drawn as the evidence stage draws them: the image
 I, the evidence filled I\\E (every thing the claim names, in a detector-like box) and a matched
 control filled I\\R (production control rules). Claims whose views cut a thing in half are
@@ -45,16 +45,18 @@ class ViewedClaim:
 
 
 def heldout_claims(n: int, seed: int = 0, fill: str = "blur") -> list[ViewedClaim]:
-    """`n` held-out claims, true and false in turn, each with an evidence view and a control view
-    that cut no thing in half."""
+    """`n` held-out claims, true and false in turn, that name something in their scene (a claim
+    whose things are all absent gets no box, hence no views, in the evidence stage), each with an
+    evidence view and a control view that cut no thing in half."""
     sampler = demo_world.WorldSampler(f"views-{seed}", "heldout")
     rng = sampler.rng
     types = tuple(demo_world.FACT_TYPES.values())
     out: list[ViewedClaim] = []
     while len(out) < n:
         scene = sampler.scene()
-        fact = sampler.fact(scene, types[len(out) % len(types)], len(out) % 2 == 0)
-        if fact is None:
+        # true and false in turn; a type that cannot be both (nothing named there) is drawn again
+        fact = sampler.fact(scene, rng.choice(types), len(out) % 2 == 0)
+        if fact is None or not demo_views.named_boxes(scene, fact):  # nothing to ground: the pipeline draws no views
             continue
         evidence = demo_views.draw_view(scene, fact, "minus_evidence", fill, rng)
         control = demo_views.draw_view(scene, fact, "minus_control", fill, rng)
