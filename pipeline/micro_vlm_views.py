@@ -16,6 +16,10 @@ not drawn (no one could say what such a view shows). Per claim:
 
 The views are the pipeline's own (`operators.views.render_view`, PNG bytes decoded as the
 engine decodes them), so a model measured here answers the evidence stage's views the same way.
+
+`run_views` reads the same numbers off a finished demo run's evidence checks (its own boxes,
+views, answers and deltas, against the world's truth), adding how far any control box reaches
+into an evidence box of its image (floor: IoU < 0.1, the control rules' own bound).
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ import polars as pl
 
 from operators import demo_views, demo_world
 
-FLOORS = {"drop_mean": 0.5, "control_move_mean": 0.1, "delta_auc": 0.9}
+FLOORS = {"drop_mean": 0.5, "control_move_mean": 0.1, "delta_auc": 0.9, "control_overlap_max": 0.1}
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,8 @@ def summarize_views(answers: pl.DataFrame) -> dict:
         "delta_auc": roc_auc(np.asarray(delta), answers["truth"].to_numpy()),
     }
     out["delta_auc"] = None if math.isnan(out["delta_auc"]) else round(out["delta_auc"], 4)
+    if "control_overlap" in answers.columns:  # a run's views: how far a control box reaches into the evidence
+        out["control_overlap_max"] = round(float(answers["control_overlap"].max()), 4)
     return out
 
 
@@ -128,4 +134,52 @@ def view_floors(summary: dict) -> dict[str, bool]:
         f"move on hiding a control <= {FLOORS['control_move_mean']}": summary["control_move_mean"] is not None
         and summary["control_move_mean"] <= FLOORS["control_move_mean"],
         f"AUC of d_sel - d_rnd, true vs false claims >= {FLOORS['delta_auc']}": at_least("delta_auc"),
-    }
+    } | ({f"control boxes' IoU with evidence < {FLOORS['control_overlap_max']}": summary["control_overlap_max"] < FLOORS["control_overlap_max"]}
+         if "control_overlap_max" in summary else {})
+
+
+# ----------------------------------------------------------------- a demo run's evidence checks
+
+
+def run_views(run_dir: str, backbone: str) -> pl.DataFrame:
+    """A finished demo run's evidence checks (evidence/<backbone>/views and deltas) in the frame
+    `summarize_views` reads: each eligible claim's truth on its image and on the views the run
+    drew (from the demo world: the item's scene, the claim's fact, the run's own boxes), and the
+    answers and deltas the run computed. Also each claim's largest IoU between a control box and
+    an evidence box of the item (`control_overlap`; the control rules keep it under 0.10)."""
+    from operators.engines.world_oracle import claim_table
+    from operators.views import iou
+    from pipeline.micro_vlm_training import _demo_world_index
+
+    scenes, _, _ = _demo_world_index()
+    facts_of_claim = claim_table()
+    folder = f"{run_dir}/evidence/{backbone}"
+    views_table = pl.read_parquet(f"{folder}/views.parquet").filter(pl.col("eligible"))
+    deltas = pl.read_parquet(f"{folder}/deltas.parquet").filter(pl.col("eligible") & pl.col("d_sel").is_not_null())
+    item_evidence: dict[str, list] = {}
+    for r in views_table.iter_rows(named=True):
+        item_evidence.setdefault(r["item_id"], []).extend(tuple(b) for b in r["evidence_boxes"])
+    key = ["item_id", "question_set", "claim_id"]
+    joined = deltas.join(views_table.select(*key, "image_hash", "evidence_boxes", "control_boxes", "fill"), on=key)
+    rows = []
+    for r in joined.iter_rows(named=True):
+        scene = scenes[r["image_hash"]]
+        (fact, *_) = facts_of_claim[r["claim"]]
+        evidence = tuple(tuple(b) for b in r["evidence_boxes"])
+        control = tuple(tuple(b) for b in r["control_boxes"])
+        without_e = demo_views.SceneView(scene, "minus_evidence", evidence, r["fill"]).shown()
+        without_r = demo_views.SceneView(scene, "minus_control", control, r["fill"]).shown()
+        rows.append({
+            "claim": r["claim"], "fact_type": demo_world.FACT_TYPES[fact.kind], "truth": fact.holds(scene),
+            # a view that cuts a thing in half has no truth: counted as unchanged (it leaves the drop's set)
+            "truth_without_evidence": fact.holds(without_e) if without_e is not None else fact.holds(scene),
+            "truth_without_control": fact.holds(without_r) if without_r is not None else fact.holds(scene),
+            "p_image": _p(r["s_full"]), "p_without_evidence": _p(r["s_minus_evidence"]), "p_without_control": _p(r["s_minus_control"]),
+            "d_sel": r["d_sel"], "d_rnd": r["d_rnd"],
+            "control_overlap": max((iou(c, e) for c in control for e in item_evidence[r["item_id"]]), default=0.0),
+        })
+    return pl.DataFrame(rows)
+
+
+def _p(log_odds: float) -> float:
+    return 1.0 / (1.0 + math.exp(-log_odds))
