@@ -193,12 +193,8 @@ def benchmark_requests(root: str, backbone: str = "micro", overrides: Sequence[s
 def _demo_world_index() -> tuple[dict, dict, dict]:
     """The demo benchmark's scenes by image hash, captions by text, and (fact, form) pairs by
     question text (fixed and drawn items): what a request or record of the demo is about."""
-    from operators.hashing import image_hash
-
-    scenes = {}
+    scenes = micro_vlm_views.demo_scenes_by_hash()
     parts = (demo_world.FIXED_ITEMS, demo_world.drawn_items())
-    for obj_scene in [s for items in parts for s in demo_world.item_scenes(items)]:
-        scenes[image_hash(demo_world.png_bytes(demo_world.render(obj_scene)))] = obj_scene
     captions = [c for items in parts for c in demo_world.item_captions(items)]
     caption_of = {c.text: c for c in captions}
     facts_of_question: dict[str, set] = {}

@@ -149,9 +149,8 @@ def run_views(run_dir: str, backbone: str) -> pl.DataFrame:
     an evidence box of the item (`control_overlap`; the control rules keep it under 0.10)."""
     from operators.engines.world_oracle import claim_table
     from operators.views import iou
-    from pipeline.micro_vlm_training import _demo_world_index
 
-    scenes, _, _ = _demo_world_index()
+    scenes = demo_scenes_by_hash()
     facts_of_claim = claim_table()
     folder = f"{run_dir}/evidence/{backbone}"
     views_table = pl.read_parquet(f"{folder}/views.parquet").filter(pl.col("eligible"))
@@ -179,6 +178,15 @@ def run_views(run_dir: str, backbone: str) -> pl.DataFrame:
             "control_overlap": max((iou(c, e) for c in control for e in item_evidence[r["item_id"]]), default=0.0),
         })
     return pl.DataFrame(rows)
+
+
+def demo_scenes_by_hash() -> dict[str, demo_world.Scene]:
+    """Every scene of the demo benchmarks (fixed and drawn items) by its PNG's content hash, the
+    image_hash a run records."""
+    from operators.hashing import image_hash
+
+    parts = (demo_world.FIXED_ITEMS, demo_world.drawn_items())
+    return {image_hash(demo_world.png_bytes(demo_world.render(s))): s for items in parts for s in demo_world.item_scenes(items)}
 
 
 def _p(log_odds: float) -> float:
