@@ -24,21 +24,13 @@ from operators import demo_world, views
 from operators.views import Box
 
 CLEAR, GONE = 0.9, 0.1
-_RGB = np.array(demo_world._PALETTE, dtype=np.uint8)
 EVIDENCE_VIEWS = ("minus_evidence", "only_evidence")
 CONTROL_VIEWS = ("minus_control", "only_control")
 
 
 def rgb(scene: demo_world.Scene) -> np.ndarray:
     """The scene's (SIZE, SIZE, 3) pixels, exactly those of its PNG (`demo_world.png_bytes`)."""
-    return _RGB[demo_world.render(scene)]
-
-
-def object_pixels(obj: demo_world.SceneObject) -> np.ndarray:
-    """(SIZE, SIZE) booleans: the pixels `render` paints for this thing."""
-    y, x = np.mgrid[0:demo_world.SIZE, 0:demo_world.SIZE] + 0.5
-    cell = demo_world.SIZE / 3
-    return demo_world._shape_mask(obj.shape, (obj.col + 0.5) * cell, (obj.row + 0.5) * cell, x, y)
+    return demo_world.RGB_PALETTE[demo_world.render(scene)]
 
 
 @dataclass(frozen=True)
@@ -61,7 +53,7 @@ class SceneView:
         untouched = ~inside if self.view.startswith("minus_") else inside
         out = {}
         for obj in self.scene:
-            painted = object_pixels(obj)
+            painted = demo_world.object_mask(obj.shape, obj.row, obj.col)
             out[obj] = float((painted & untouched).sum() / painted.sum())
         return out
 

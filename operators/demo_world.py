@@ -549,11 +549,23 @@ def render(scene_: Scene) -> np.ndarray:
 
 
 @functools.cache
-def object_box(shape: str, row: int, col: int) -> tuple[int, int, int, int]:
-    """The tight box of a drawn shape in pixels, [x0, y0, x1, y1) as `render` fills it."""
+def object_mask(shape: str, row: int, col: int) -> np.ndarray:
+    """(SIZE, SIZE) booleans, read-only: the pixels `render` fills for one object (36 of them,
+    computed once: boxes, masked views and composed training images all read these)."""
     y, x = np.mgrid[0:SIZE, 0:SIZE] + 0.5
     cell = SIZE / 3
-    ys, xs = np.nonzero(_shape_mask(shape, (col + 0.5) * cell, (row + 0.5) * cell, x, y))
+    mask = _shape_mask(shape, (col + 0.5) * cell, (row + 0.5) * cell, x, y)
+    mask.flags.writeable = False
+    return mask
+
+
+RGB_PALETTE = np.array(_PALETTE, dtype=np.uint8)  # palette index -> the PNG's RGB
+
+
+@functools.cache
+def object_box(shape: str, row: int, col: int) -> tuple[int, int, int, int]:
+    """The tight box of a drawn shape in pixels, [x0, y0, x1, y1) as `render` fills it."""
+    ys, xs = np.nonzero(object_mask(shape, row, col))
     return int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1
 
 

@@ -19,7 +19,6 @@ Pure: torch, transformers, numpy, PIL; no Ray, no pipeline.
 """
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
@@ -35,8 +34,6 @@ import numpy as np
 from operators import demo_world
 from operators.grounding import Thresholds, normalise_phrase
 from operators.run_folders import CHECKPOINT, TRAINER_STATE, check_writable, save_checkpoint
-
-PALETTE = np.array(demo_world._PALETTE, dtype=np.uint8)
 
 # Floors on held-out scenes, measured through operators/grounding.py at the thresholds `calibrate` chose on training scenes.
 FLOORS = {"recall_colour_shape": 0.95, "recall_shape": 0.95, "recall_several": 0.95, "absent_clean": 0.95}
@@ -149,23 +146,14 @@ def draw_query(rng: random.Random, scene: demo_world.Scene, absent_share: float,
     raise ValueError(f"no absent phrase found for scene {scene}")  # a scene of every shape in every colour: impossible in 9 cells
 
 
-@functools.cache
-def _object_mask(shape: str, row: int, col: int) -> np.ndarray:
-    """The pixels `demo_world.render` fills for one object (36 of them: rendering a scene from
-    these is several times faster than rasterising it again, a fifth of a training step)."""
-    y, x = np.mgrid[0:demo_world.SIZE, 0:demo_world.SIZE] + 0.5
-    cell = demo_world.SIZE / 3
-    return demo_world._shape_mask(shape, (col + 0.5) * cell, (row + 0.5) * cell, x, y)
-
-
 def scene_image(scene: demo_world.Scene):
     """The RGB PIL image of a scene, pixel for pixel `demo_world.render` and the demo's PNG."""
     from PIL import Image
 
     pixels = np.zeros((demo_world.SIZE, demo_world.SIZE), dtype=np.uint8)
     for obj in scene:
-        pixels[_object_mask(obj.shape, obj.row, obj.col)] = demo_world._PALETTE_INDEX[obj.colour]
-    return Image.fromarray(PALETTE[pixels])
+        pixels[demo_world.object_mask(obj.shape, obj.row, obj.col)] = demo_world._PALETTE_INDEX[obj.colour]
+    return Image.fromarray(demo_world.RGB_PALETTE[pixels])
 
 
 def targets(query: Query) -> dict:
