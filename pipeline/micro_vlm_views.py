@@ -11,8 +11,13 @@ not drawn (no one could say what such a view shows). Per claim:
   them makes the claim false): the evidence matters (floor >= 0.5);
 - control move = |p_yes(I) - p_yes(I\\R)|, averaged over claims whose truth the control leaves
   unchanged: a random region does not matter (floor <= 0.1);
-- the causal delta d_sel - d_rnd (log-odds, docs/method.md "Causal deltas") ranks true claims
-  above false ones: AUC (floor >= 0.9).
+- the causal delta d_sel - d_rnd (log-odds, docs/method.md "Causal deltas") ranks the true
+  claims of the drop (those whose evidence is all the image has for them) above the false ones:
+  AUC (floor >= 0.9). A true claim the masked view still supports (the detector boxed one of two
+  stars) is left out of this AUC, as of the drop: its answer rightly stays, so a delta near 0 is
+  no failure of the answers. The AUC over every claim is `delta_auc_all`, reported without a
+  floor: pooling mixes fact types whose deltas live on different scales (a false count claim
+  grows more confidently false, by several log-odds, when its one object is masked).
 
 The views are the pipeline's own (`operators.views.render_view`, PNG bytes decoded as the
 engine decodes them), so a model measured here answers the evidence stage's views the same way.
@@ -106,7 +111,11 @@ def summarize_views(answers: pl.DataFrame) -> dict:
 
     hidden = answers.filter(pl.col("truth") & ~pl.col("truth_without_evidence"))
     steady = answers.filter(pl.col("truth") == pl.col("truth_without_control"))
-    delta = (answers["d_sel"] - answers["d_rnd"]).to_list()
+    decided = answers.filter(~(pl.col("truth") & pl.col("truth_without_evidence")))  # hidden + false claims
+
+    def auc(frame: pl.DataFrame) -> float | None:
+        value = roc_auc((frame["d_sel"] - frame["d_rnd"]).to_numpy(), frame["truth"].to_numpy())
+        return None if math.isnan(value) else round(value, 4)
 
     def mean(values: pl.Series) -> float | None:
         return None if values.is_empty() else round(float(values.mean()), 4)
@@ -116,9 +125,8 @@ def summarize_views(answers: pl.DataFrame) -> dict:
         "accuracy_image": round(float(((answers["p_image"] > 0.5) == answers["truth"]).mean()), 4),
         "drop_mean": mean(hidden["p_image"] - hidden["p_without_evidence"]), "drop_n": hidden.height,
         "control_move_mean": mean((steady["p_image"] - steady["p_without_control"]).abs()), "control_n": steady.height,
-        "delta_auc": roc_auc(np.asarray(delta), answers["truth"].to_numpy()),
+        "delta_auc": auc(decided), "delta_auc_n": decided.height, "delta_auc_all": auc(answers),
     }
-    out["delta_auc"] = None if math.isnan(out["delta_auc"]) else round(out["delta_auc"], 4)
     if "control_overlap" in answers.columns:  # a run's views: how far a control box reaches into the evidence
         out["control_overlap_max"] = round(float(answers["control_overlap"].max()), 4)
     return out
@@ -133,7 +141,7 @@ def view_floors(summary: dict) -> dict[str, bool]:
         f"drop on hiding the evidence of a true claim >= {FLOORS['drop_mean']}": at_least("drop_mean"),
         f"move on hiding a control <= {FLOORS['control_move_mean']}": summary["control_move_mean"] is not None
         and summary["control_move_mean"] <= FLOORS["control_move_mean"],
-        f"AUC of d_sel - d_rnd, true vs false claims >= {FLOORS['delta_auc']}": at_least("delta_auc"),
+        f"AUC of d_sel - d_rnd, true claims the view hides vs false claims >= {FLOORS['delta_auc']}": at_least("delta_auc"),
     } | ({f"control boxes' IoU with evidence < {FLOORS['control_overlap_max']}": summary["control_overlap_max"] < FLOORS["control_overlap_max"]}
          if "control_overlap_max" in summary else {})
 

@@ -22,7 +22,7 @@ from pipeline.config import load_config
 pytestmark = pytest.mark.slow
 DROP = f"drop on hiding the evidence of a true claim >= {MV.FLOORS['drop_mean']}"
 OVERLAP = f"control boxes' IoU with evidence < {MV.FLOORS['control_overlap_max']}"
-AUC = f"AUC of d_sel - d_rnd, true vs false claims >= {MV.FLOORS['delta_auc']}"
+AUC = next(name for name in MV.view_floors(dict.fromkeys(MV.FLOORS, 0.0)) if name.startswith("AUC"))
 
 
 def evidence_run(root) -> dict:

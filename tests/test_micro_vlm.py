@@ -234,7 +234,8 @@ def test_prompts_without_the_chat_template_break_the_floors(engine):
         row = held_out_table(engine)
     finally:
         eng.processor.chat_template = template
-    assert row["image", "all"]["accuracy"] < 0.75 and row["holistic", "all"]["auc"] < 0.75  # 0.64, 0.62
+    # far under the floors (image 0.95, holistic AUC 0.90): 0.775 and 0.38 with the shipped weights
+    assert row["image", "all"]["accuracy"] < 0.85 and row["holistic", "all"]["auc"] < 0.75
 
 
 

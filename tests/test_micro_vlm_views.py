@@ -32,9 +32,13 @@ def test_the_summary_by_hand():
     assert s["drop_n"] == 2 and math.isclose(s["drop_mean"], 0.5)
     assert s["control_n"] == 3 and math.isclose(s["control_move_mean"], round((0.1 + 0 + 0.2) / 3, 4))
     delta = (answers["d_sel"] - answers["d_rnd"]).to_list()
-    # AUC of the causal delta: each of the 3 true claims against the one false claim
+    # AUC of the causal delta: each true claim the masked view makes false (rows 0 and 1; row 2
+    # stays true without its evidence) against the one false claim; over all three for _all
     false_delta = delta[3]
-    assert math.isclose(s["delta_auc"], round(sum(d > false_delta for d in delta[:3]) / 3, 4))
+    assert s["delta_auc_n"] == 3
+    assert math.isclose(s["delta_auc"], round(sum(d > false_delta for d in delta[:2]) / 2, 4))
+    assert math.isclose(s["delta_auc_all"], round(sum(d > false_delta for d in delta[:3]) / 3, 4))
+    assert s["delta_auc"] == 1.0 and s["delta_auc_all"] < 1.0  # row 2: d_sel 0, d_rnd 2.6, under row 3's 1.35
     floors = MV.view_floors(s)
     assert list(floors.values()) == [True, True, s["delta_auc"] >= 0.9]  # both at the floor exactly
 
