@@ -12,36 +12,45 @@ saved to out/checkpoint (float32), so a kill or a failed final save loses minute
 optimizer and draws), `init=DIR/checkpoint` starts a new run from its weights; the checkpoint is
 removed once the final model is saved.
 
-`train` runs the recipe of operators/micro_vlm_recipe.py: a Qwen3-VL (1,219,008 parameters, text
-head_dim 32) trained on fresh draws of the demo world's three yes/no request kinds, saved with
-save_pretrained in float16 (2.4 MB). It trains for `seconds` of wall time (threads=2 by default,
-threads=1 on a shared 2-core machine); `init=` continues from a saved folder, with that folder's
-tokenizer; `per_step=image:N,caption:N,holistic:N,claim:N,view:N` sets how many requests of each
-kind a step draws (`claim`: a claim statement on the scene, `view`: on one of the evidence checks'
-masked views, true as far as the view still shows it: operators/demo_views.py); `hybrid_share=` draws that share of caption-only requests from hybrid captions (a thing
-stated beside a thing denied), `negbench_share=` that share of those in the multiple-choice
-part's short form (one thing stated, one denied); `open_share=` that share of caption-only
-requests ask what their caption leaves open (the colour of an uncoloured thing, whether a single
-thing is one of two, the relation between unrelated things), trained toward P(yes) = 0.5.
+`train` runs the recipe of operators/micro_vlm_recipe.py: a Qwen3-VL (1,333,696 parameters, text
+hidden 128 in 4 layers, head_dim 32, 2,048 positions) trained on fresh draws of the demo world,
+saved with save_pretrained in float16 (2.7 MB) beside training.json (the options and the last
+check). It trains for `seconds` of wall time (threads=2 by default, threads=1 on a shared 2-core
+machine); `init=` continues from a saved folder, with that folder's tokenizer;
+`per_step=image:N,caption:N,holistic:N,claim:N,view:N` sets how many requests of each kind a step
+draws (`claim`: a claim statement on the scene, `view`: on one of the evidence checks' masked
+views, true as far as the view still shows it: operators/demo_views.py); `hybrid_share=` draws
+that share of caption-only requests from hybrid captions (a thing stated beside a thing denied),
+`negbench_share=` that share of those in the multiple-choice part's short form (one thing stated,
+one denied); `open_share=` that share of caption-only requests ask what their caption leaves
+open (the colour of an uncoloured thing, whether a single thing is one of two, the relation
+between unrelated things), trained toward P(yes) = 0.5; `write_per_step=depict:N,dsg:N,claims:N,
+judge_holistic:N,judge_decomposed:N` adds writing lessons (operators/micro_vlm_writing.py: the
+generation prompts answered as a faithful writer would), for which the tokenizer is trained on
+the lessons too.
 
-The shipped weights are one run from scratch (threads=1, 2 cores shared with other work):
+The shipped weights are one run from scratch of 14,409 s (threads=1, 2 cores shared with other
+work; 7,548 steps, 946,338 requests and lessons), started as
 
-    python jobs/micro_vlm.py train out=builtin seconds=6600 threads=1 seed=11 lr=0.0015 warmup_seconds=900 \
+    python jobs/micro_vlm.py train out=DIR seconds=14400 threads=1 lr=0.0015 warmup_seconds=900 \
         position_weight=1 type_weights=existence:0.5,attribute:1.5,count:1,negation:1.5,spatial:2 \
-        per_step=image:64,caption:48,holistic:24 hybrid_share=0.5 negbench_share=0.5 open_share=0.3
+        per_step=image:64,caption:48,holistic:24 hybrid_share=0.5 negbench_share=0.5 open_share=0.3 \
+        write_per_step=depict:2,dsg:2,claims:2,judge_holistic:2,judge_decomposed:2
+
+(its seed was not recorded; the recipe now writes training.json beside the weights) and resumed
+three times with a new mix (editing the checkpoint's training.json): at 4,202 s
+write_per_step=depict:4,dsg:4,claims:4,judge_holistic:2,judge_decomposed:4; at 6,003 s
+per_step=image:32,caption:24,holistic:12 and write_per_step=depict:6,dsg:6,claims:6,
+judge_holistic:2,judge_decomposed:2; at 6,604 s per_step=image:32,caption:24,holistic:12,claim:8,view:8
+(claims on scenes and on masked views, for the evidence checks). Its last held-out check: image
+1.000, caption 1.000, holistic 0.95, claims 1.000, claims on masked views 0.995, open questions'
+median |P(yes) - 0.5| 0.013; the writing is not yet good enough to ship as a question writer
+(greedy text equal to the faithful text for 0.375-0.625 of 8 held-out lessons per format), so
+conf/backbones/micro.yaml keeps `writes_questions: false`.
 
 It draws only the demo world's training content slots (operators/demo_world.py: a hash of each
 scene's objects and each caption's words), so neither the held-out draws `evaluate` measures nor
-any benchmark item was ever a training draw, word for word or otherwise. The run began under an
-open-question rule that also counted a colour or a count as open when the caption named the
-shape a second time ("a star and three red stars": "Is there a red star?"), a rare caption form
-fixed while it trained. `evaluate` then measured, on held-out draws (n_per_type=100: 1,050
-requests) and on the default run's benchmark requests (the large demo at open_share 0.25): image
-1.000 and 1.000 (every fact type 1.000), caption-only 1.000 and 1.000, holistic AUC 0.9995 and
-1.000, open questions' median |P(yes) - 0.5| 0.011 and 0.012, hybrid captions 1.000, median
-answer mass 1.00; 0 of the held-out and 0 of the benchmark requests repeat a request of a
-300,000-draw training stream. The training log's last held-out check (after 6,603 s, 7,974
-steps, 1,072,440 requests): image 1.0, caption 1.0, holistic 0.99, open 0.013.
+any benchmark item was ever a training draw, word for word or otherwise.
 
 `evaluate` answers held-out draws and the demo benchmark's own requests through the engine the
 backbone config names (hf or vllm) and prints accuracy per request kind and fact type, the

@@ -733,6 +733,8 @@ def train(
     history.append(row)
     log(json.dumps(row))
     save(model, processor, out)
+    # what made these weights, beside them (options as the run ended: a resume may have changed them)
+    (Path(out) / "training.json").write_text(json.dumps({"options": options, "final": row}, indent=1, default=str))
     shutil.rmtree(Path(out) / CHECKPOINT, ignore_errors=True)
     return TrainReport(time.monotonic() - start, step, examples, parameters, history)
 

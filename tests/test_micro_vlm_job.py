@@ -181,3 +181,5 @@ def test_a_run_whose_final_save_fails_keeps_a_checkpoint_to_continue_from(tmp_pa
     report = micro_vlm_recipe.train(continued, templates, seconds=0.5, threads=1, lr=1e-9, init=checkpoint, eval_every=1e9, log=lambda _line: None)
     assert report.history[-1]["image"] >= 0.9, report.history[-1]
     assert (continued / "model.safetensors").is_file() and not (continued / micro_vlm_recipe.CHECKPOINT).exists()
+    made_by = json.loads((continued / "training.json").read_text())  # the options and last check, beside the weights
+    assert made_by["options"]["init"] == str(checkpoint) and made_by["final"]["step"] == report.steps
