@@ -2,8 +2,8 @@
 unchanged hf engine, above floors; it is a plain checkpoint; its weights' hash keys its answers.
 
 The floors are this model's regression floors, a margin under what it measures (jobs/micro_vlm.py
-evaluate: held-out image 0.997, caption-only 0.988, holistic AUC 0.998; on the demo's own
-requests image 0.996, caption-only 1.000, holistic AUC 1.000), far above chance; the mutation tests below
+evaluate: held-out image 1.000, caption-only 0.996, holistic AUC 0.996; on the demo's own
+requests image 1.000, caption-only 1.000, holistic AUC 0.998), far above chance; the mutation tests below
 show each floor failing when one link between a request and its answer is corrupted."""
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def test_hf_engine_answers_held_out_draws_above_floors(engine):
     assert row["image", "all"]["accuracy"] >= 0.95, table  # 1.000 on these 80 (and on 500)
     assert row["image", "existence"]["accuracy"] >= 0.95, table
     assert row["caption", "all"]["accuracy"] >= 0.95, table  # 1.000
-    assert row["holistic", "all"]["auc"] >= 0.9, table  # 1.0
+    assert row["holistic", "all"]["auc"] >= 0.9, table  # 0.996
     assert row["caption_open", "all"]["open_gap"] <= 0.15, table  # questions the caption leaves open: near 0.5
     assert min(r["mass_median"] for r in row.values()) >= 0.9, table
 
@@ -185,8 +185,8 @@ def test_reading_the_other_answer_token_breaks_the_floors(engine):
         row = held_out_table(engine)
     finally:
         eng.yes_ids, eng.no_ids = eng.no_ids, eng.yes_ids
-    assert row["image", "all"]["accuracy"] < 0.2 and row["caption", "all"]["accuracy"] < 0.2  # 0.01, 0.08
-    assert row["holistic", "all"]["auc"] < 0.2  # 0.0
+    assert row["image", "all"]["accuracy"] < 0.2 and row["caption", "all"]["accuracy"] < 0.2  # 0.00, 0.00
+    assert row["holistic", "all"]["auc"] < 0.2  # 0.004
 
 
 def test_an_image_placed_after_the_question_breaks_the_image_floors(engine, monkeypatch):
@@ -202,8 +202,8 @@ def test_an_image_placed_after_the_question_breaks_the_image_floors(engine, monk
 
     monkeypatch.setattr(yesno, "chat_messages", image_last)
     row = held_out_table(engine)
-    assert row["image", "all"]["accuracy"] < 0.7 and row["image", "existence"]["accuracy"] < 0.7  # 0.50, 0.58
-    assert row["holistic", "all"]["auc"] < 0.75  # 0.25
+    assert row["image", "all"]["accuracy"] < 0.7 and row["image", "existence"]["accuracy"] < 0.7  # 0.53, 0.47
+    assert row["holistic", "all"]["auc"] < 0.75  # 0.62
     assert row["caption", "all"]["accuracy"] >= 0.85  # caption-only prompts have no image: unchanged
 
 
@@ -218,7 +218,7 @@ def test_images_paired_with_other_items_break_the_image_floors(engine):
     random.Random(0).shuffle(scenes)
     shuffled = iter(scenes)
     row = held_out_table(engine, [dataclasses.replace(r, scene=next(shuffled)) if r.kind == "image" else r for r in requests])
-    assert row["image", "all"]["accuracy"] < 0.7 and row["image", "existence"]["accuracy"] < 0.7  # 0.53, 0.47
+    assert row["image", "all"]["accuracy"] < 0.7 and row["image", "existence"]["accuracy"] < 0.7  # 0.58, 0.47
 
 
 def test_prompts_without_the_chat_template_break_the_floors(engine):
@@ -285,8 +285,8 @@ def test_the_readmes_offline_api_example_scores_drawn_shapes_as_described(tmp_pa
     scores = scorer(images=images, texts=[caption] * 3, questions=questions)
     depict, vqascore = scores["depict"].to_list(), scores["vqascore"].to_list()
     assert depict[0] > 0.9 and vqascore[0] > 0.9, scores  # 0.999, 0.999
-    assert depict[1] < 0.1 and vqascore[1] < 0.1, scores  # 0.000002, below 1e-7
-    assert 0.2 < depict[2] < 0.5 and vqascore[2] < 0.1, scores  # 0.333, 0.00005
+    assert depict[1] < 0.1 and vqascore[1] < 0.1, scores  # 0.00002, 0.000002
+    assert 0.2 < depict[2] < 0.5 and vqascore[2] < 0.1, scores  # 0.333, 0.000001
 
 
 def test_the_api_asks_for_questions_the_micro_model_cannot_write(tmp_path):
