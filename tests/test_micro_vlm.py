@@ -241,27 +241,45 @@ def test_prompts_without_the_chat_template_break_the_floors(engine):
 
 @pytest.mark.vllm_cpu
 @pytest.mark.slow
-def test_vllm_answers_as_the_hf_engine_does(engine):
+def test_vllm_answers_and_writes_as_the_hf_engine_does(engine):
     """The same checkpoint through the real vLLM (its CPU build, float32): the same answers as
-    the hf engine, within 1e-5 in probability, on every request kind."""
+    the hf engine, within 1e-5 in probability, on every request kind; and, greedy, the same text
+    for the three question sets and both judge verdicts (pipeline.micro_vlm_writing: the run's
+    templates and the production parsers). A writer whose text depended on the engine would make
+    a question set, and every score built on it, depend on where the run happened: vLLM on a
+    cluster, transformers on a laptop."""
     import dataclasses
 
     import numpy as np
 
+    from operators.demo_generations import WRITTEN_OPEN_SHARE
     from operators.engines import load_engine
+    from pipeline import micro_vlm_writing as MW
     from pipeline.config import load_config
     from pipeline.micro_vlm_training import answer_world_requests, heldout_requests
     from tests.vllm_cpu import require_vllm_cpu
 
     require_vllm_cpu()
     eng, templates = engine
+    spec = load_config(["backbones=[micro]"]).backbones["micro"]
     requests = heldout_requests(n_per_type=8, seed=2)
-    vllm = load_engine(dataclasses.replace(load_config(["backbones=[micro]"]).backbones["micro"], engine="vllm"))
+    pairs = MW.heldout_pairs(4, seed=2)
+
+    def writings(engine) -> list[MW.Written]:
+        return (MW.write_questions(engine, [c for c, _ in pairs], templates, WRITTEN_OPEN_SHARE, spec.max_new_tokens)
+                + MW.write_judgements(engine, pairs, templates, spec.max_new_tokens))
+
+    vllm = load_engine(dataclasses.replace(spec, engine="vllm"))
     try:
-        theirs = answer_world_requests(vllm, requests, templates)
+        theirs, their_text = answer_world_requests(vllm, requests, templates), writings(vllm)
     finally:
         vllm.close()
-    ours = answer_world_requests(eng, requests, templates)
+    ours, our_text = answer_world_requests(eng, requests, templates), writings(eng)
+    assert [(w.kind, w.caption) for w in our_text] == [(w.kind, w.caption) for w in their_text]
+    assert len(our_text) == 5 * len(pairs) and all(w.text for w in our_text)  # every format written, none empty
+    differ = [(w.kind, w.caption, w.text, v.text) for w, v in zip(our_text, their_text) if w.text != v.text]
+    assert not differ, differ
+    assert sum(w.parsed for w in our_text) >= 0.9 * len(our_text)  # the texts compared are the formats, not noise
     logp = np.array([[[a.logp_yes, a.logp_no] for a in side] for side in (ours, theirs)])
     p_yes = 1 / (1 + np.exp(logp[:, :, 1] - logp[:, :, 0]))
     assert np.abs(p_yes[0] - p_yes[1]).max() <= 1e-5, np.abs(p_yes[0] - p_yes[1]).max()
