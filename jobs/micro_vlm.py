@@ -27,7 +27,8 @@ open (the colour of an uncoloured thing, whether a single thing is one of two, t
 between unrelated things), trained toward P(yes) = 0.5; `write_per_step=depict:N,dsg:N,claims:N,
 judge_holistic:N,judge_decomposed:N` adds writing lessons (operators/micro_vlm_writing.py: the
 generation prompts answered as a faithful writer would), for which the tokenizer is trained on
-the lessons too.
+the lessons too; `hidden=` (a multiple of 64; default 128) and `layers=` (default 4) size the text
+model of a run from scratch.
 
 The shipped weights are one run from scratch of 14,409 s (threads=1, 2 cores shared with other
 work; 7,548 steps, 946,338 requests and lessons), started as
@@ -106,7 +107,8 @@ ALLOWED = {"train": {"out": str, "seconds": float, "seed": int, "threads": int, 
                      "warmup_seconds": float, "position_weight": float, "type_weights": fact_type_weights,
                      "per_step": requests_per_step, "hybrid_share": share, "negbench_share": share, "open_share": share,
                      "checkpoint_minutes": float, "write_per_step": lessons_per_step, "write_weight": float,
-                     "refusal_share": share, "write_open_share": float, "write_eval_every": float, "resume": str},
+                     "refusal_share": share, "write_open_share": float, "write_eval_every": float, "resume": str,
+                     "hidden": int, "layers": int},
            "evaluate": {"backbone": str, "n_per_type": int, "n_views": int, "n_writing": int, "seed": int, "out": str}}
 
 

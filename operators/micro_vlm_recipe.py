@@ -421,6 +421,8 @@ def check_train_options(
     refusal_share: float = 0.05,
     write_open_share: float = 0.25,
     write_eval_every: float = 1200,
+    hidden: int | None = None,
+    layers: int | None = None,
     **_other,
 ) -> None:
     """Refuse, before any work, an argument that would crash training later or train nothing
@@ -467,6 +469,12 @@ def check_train_options(
             raise ValueError(f"per_step must draw at least one request per step, got {dict(per_step)}")
         if not counts["image"] and (warmup_seconds is None or warmup_seconds > 0):
             raise ValueError("per_step draws no image requests, which the warm-up trains on alone: give image:N above 0, or warmup_seconds=0")
+    if hidden is not None and (not isinstance(hidden, int) or hidden < 64 or hidden % 64):
+        raise ValueError(f"hidden is the text model's width, a multiple of 64 (heads of 32, half as many key-value heads), got {hidden}")
+    if layers is not None and (not isinstance(layers, int) or layers < 1):
+        raise ValueError(f"layers must be a whole number of 1 or more, got {layers}")
+    if init is not None and (hidden is not None or layers is not None):
+        raise ValueError("hidden and layers size a model trained from scratch; init= continues a saved model at its own size")
     if init is not None:
         folder = Path(init)
         if not folder.is_dir():
@@ -552,7 +560,8 @@ def train(
                         per_step=per_step, hybrid_share=hybrid_share, negbench_share=negbench_share,
                         open_share=open_share, warmup_seconds=warmup_seconds, init=init, checkpoint_minutes=checkpoint_minutes,
                         write_per_step=write_per_step, write_weight=write_weight, refusal_share=refusal_share,
-                        write_open_share=write_open_share, write_eval_every=write_eval_every)
+                        write_open_share=write_open_share, write_eval_every=write_eval_every,
+                        **{k: v for k, v in model_options.items() if k in ("hidden", "layers")})
     check_writable(out)
     import torch
     import torch.nn.functional as F
@@ -650,7 +659,7 @@ def train(
                "per_step": per_step, "hybrid_share": hybrid_share, "negbench_share": negbench_share,
                "open_share": open_share, "warmup_seconds": warmup_seconds, "init": init, "seconds": seconds,
                "write_per_step": writing, "write_weight": write_weight, "refusal_share": refusal_share,
-               "write_open_share": write_open_share}
+               "write_open_share": write_open_share, **model_options}
     while (elapsed := time.monotonic() - start) < seconds:
         warm = elapsed < warmup_seconds
         progress = elapsed / seconds
@@ -745,7 +754,8 @@ def resume_options(checkpoint: str | Path) -> dict:
     if not (folder / TRAINER_STATE).is_file():
         raise ValueError(f"resume: {str(folder)!r} is not a checkpoint this recipe wrote (no {TRAINER_STATE})")
     options = dict(json.loads((folder / "training.json").read_text())["options"])
-    options.pop("init", None)
+    for name in ("init", "hidden", "layers"):  # the checkpoint is the model: its size comes with it
+        options.pop(name, None)
     return options
 
 

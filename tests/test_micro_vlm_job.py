@@ -41,14 +41,15 @@ BAD_TRAIN = [
     ("per_step=video:3", "video"), ("position_weight=-1", "position_weight"), ("type_weights=spatial:-1", "spatial"),
     ("type_weights=spatial:nan", "spatial"), ("warmup_seconds=-1", "warmup_seconds"), ("checkpoint_minutes=0", "checkpoint_minutes"),
     ("init=/nonexistent", "/nonexistent"), ("hybrid_share=1.5", "hybrid_share"), ("negbench_share=-0.1", "negbench_share"),
-    ("seed=x", "seed"), ("colour=red", "colour"),
+    ("seed=x", "seed"), ("colour=red", "colour"), ("hidden=100", "hidden"), ("hidden=0", "hidden"), ("layers=0", "layers"),
+    (f"hidden=256 init={FOLDER}", "init="),
 ]
 
 
 @pytest.mark.parametrize("arg,named", BAD_TRAIN, ids=[a for a, _ in BAD_TRAIN])
 def test_a_bad_train_argument_is_one_line_and_exit_2_before_any_work(arg, named, no_work, tmp_path, capsys):
     start = time.monotonic()
-    assert no_work.main(["train", arg, f"out={tmp_path / 'out'}"]) == 2
+    assert no_work.main(["train", *arg.split(), f"out={tmp_path / 'out'}"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and named in err and "Traceback" not in err, err
     assert "Repo id" not in err

@@ -91,7 +91,8 @@ def test_a_resumed_run_goes_on_at_the_next_step_with_its_schedule(tmp_path, monk
 
     monkeypatch.setattr(micro_vlm_recipe, "save", disk_full)
     options = dict(seconds=1.0, threads=1, lr=1e-3, checkpoint_minutes=0.001, warmup_seconds=0.0, eval_every=1e9,
-                   per_step={"image": 2, "caption": 2, "holistic": 2}, write_per_step={"dsg": 1}, write_eval_every=1e9)
+                   per_step={"image": 2, "caption": 2, "holistic": 2}, write_per_step={"dsg": 1}, write_eval_every=1e9,
+                   hidden=64, layers=2)
     with pytest.raises(OSError):
         micro_vlm_recipe.train(out, TEMPLATES, log=lines.append, **options)
     checkpoint = out / micro_vlm_recipe.CHECKPOINT
@@ -101,6 +102,9 @@ def test_a_resumed_run_goes_on_at_the_next_step_with_its_schedule(tmp_path, monk
     again: list[str] = []
     resumed = micro_vlm_recipe.resume_options(checkpoint)
     assert resumed["write_per_step"] == {"dsg": 1} and resumed["lr"] == 1e-3
+    text = json.loads((checkpoint / "config.json").read_text())["text_config"]
+    assert (text["hidden_size"], text["num_hidden_layers"]) == (64, 2) and saved["options"]["hidden"] == 64
+    assert "hidden" not in resumed and "layers" not in resumed  # the checkpoint is the model: its size comes with it
     more = {"seconds": saved["seconds_trained"] + 1.0, "eval_every": 1e9}  # the first run used its whole second
     micro_vlm_recipe.train(out, TEMPLATES, init=checkpoint, resume=True, log=again.append, **{**resumed, **more})
     assert f"resumed at step {saved['step']} after {saved['seconds_trained']} s" in again
