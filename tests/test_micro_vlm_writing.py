@@ -53,6 +53,44 @@ def test_a_lessons_inputs_are_the_generation_prompt_then_the_answer_with_loss_on
     assert batch["inputs"]["image_grid_thw"].tolist() == [[1, 6, 6], [1, 6, 6]]  # the two judge lessons' images
 
 
+def test_a_shared_prompt_opening_gives_the_loss_and_gradients_of_one_full_pass_per_row():
+    """lesson_loss runs the template's opening once for a batch of question lessons: the loss
+    and every gradient equal those of the full pass (the path judge lessons, with their own
+    images, take), and a batch whose rows share nothing takes the full pass."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from operators.tiny_models import SHIPPED
+
+    processor = AutoProcessor.from_pretrained(SHIPPED["builtin:micro-vlm"])
+    model = AutoModelForImageTextToText.from_pretrained(SHIPPED["builtin:micro-vlm"], dtype=torch.float32)
+    encoder = micro_vlm_writing.LessonEncoder(processor, TEMPLATES, micro_vlm_recipe.PixelTable(processor.image_processor), 9)
+    sampler = demo_world.WorldSampler(3, "train")
+    lessons = [micro_vlm_writing.draw_lesson(sampler, "dsg", 0.25) for _ in range(4)]
+    shared = micro_vlm_writing.shared_length([encoder.prompt_ids(x) for x in lessons])
+    assert shared > 150  # the chat template's opening and the template's instructions: the caption comes last
+    with torch.no_grad():  # an image batch first, as in training: it leaves rope offsets behind in the model
+        b = encoder.batch([micro_vlm_writing.draw_lesson(sampler, "judge_holistic", 0.25) for _ in range(3)])
+        model(**b["inputs"])
+
+    def loss_and_grads(full: bool):
+        model.zero_grad()
+        if full:  # what lesson_loss did before it shared the opening
+            b = encoder.batch(lessons)
+            logits = model(**b["inputs"]).logits[:, :-1].float()
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), b["labels"][:, 1:].reshape(-1), ignore_index=-100)
+        else:
+            loss = micro_vlm_writing.lesson_loss(model, encoder, lessons)
+        loss.backward()
+        return float(loss), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    full_loss, full_grads = loss_and_grads(full=True)
+    loss, grads = loss_and_grads(full=False)
+    assert abs(loss - full_loss) < 1e-6 and len(grads) == len(full_grads)
+    assert max(float((a - b).abs().max()) for a, b in zip(grads, full_grads)) < 1e-5
+    assert micro_vlm_writing.shared_length([[1, 2, 3], [1, 2, 4]]) == 2 and micro_vlm_writing.shared_length([[1, 2], [1, 2, 3]]) == 1
+
+
 def test_the_longest_lesson_fits_the_models_positions(encoder):
     sampler = demo_world.WorldSampler(0, "train")
     longest = max(len(encoder.prompt_ids(x)) + len(encoder.answer_ids(x))
