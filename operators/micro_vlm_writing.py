@@ -94,11 +94,13 @@ class LessonEncoder:
     def answer_ids(self, lesson: Lesson) -> list[int]:
         return self.processor.tokenizer(lesson.answer, add_special_tokens=False)["input_ids"] + [self.end]
 
-    def batch(self, lessons: Sequence[Lesson], skip: int = 0) -> dict:
-        """`skip`: leave out each prompt's first tokens (a prefix the caller runs once for all rows)."""
+    def batch(self, lessons: Sequence[Lesson], skip: int = 0, prompts: Sequence[list[int]] | None = None) -> dict:
+        """`skip`: leave out each prompt's first tokens (a prefix the caller runs once for all rows);
+        `prompts`: the lessons' `prompt_ids`, when the caller has them already."""
         import torch
 
-        rows = [(self.prompt_ids(x)[skip:], self.answer_ids(x)) for x in lessons]
+        prompts = [self.prompt_ids(x) for x in lessons] if prompts is None else prompts
+        rows = [(p[skip:], self.answer_ids(x)) for p, x in zip(prompts, lessons, strict=True)]
         width = max(len(p) + len(a) for p, a in rows)
         ids, labels, mask = [], [], []
         for p, a in rows:
@@ -133,18 +135,17 @@ def lesson_loss(model, encoder: LessonEncoder, lessons: Sequence[Lesson]):
     import torch
     import torch.nn.functional as F
 
-    shared = 0
-    if all(x.scene is None for x in lessons):
-        shared = shared_length([encoder.prompt_ids(x) for x in lessons])
+    prompts = [encoder.prompt_ids(x) for x in lessons]
+    shared = shared_length(prompts) if all(x.scene is None for x in lessons) else 0
     if shared < SHARED_PREFIX_MIN:
-        b = encoder.batch(lessons)
+        b = encoder.batch(lessons, prompts=prompts)
         logits = model(**b["inputs"]).logits[:, :-1].float()
     else:
-        opening = torch.tensor([encoder.prompt_ids(lessons[0])[:shared]])
+        opening = torch.tensor([prompts[0][:shared]])
         first = model(input_ids=opening, use_cache=True)
         cache = first.cache if hasattr(first, "cache") else first.past_key_values
         cache.batch_repeat_interleave(len(lessons))
-        b = encoder.batch(lessons, skip=shared)
+        b = encoder.batch(lessons, skip=shared, prompts=prompts)
         ids, rest = b["inputs"]["input_ids"], b["inputs"]["attention_mask"]
         mask = torch.cat([torch.ones(len(lessons), shared, dtype=rest.dtype), rest], dim=1)
         at = torch.arange(shared, shared + ids.shape[1])
