@@ -353,8 +353,10 @@ BUILDERS: dict[str, Callable[..., Path]] = {
 SHIPPED = {
     "builtin:micro-vlm": Path(__file__).parent / "weights" / "micro_vlm",
     "builtin:micro-grounding-dino": Path(__file__).parent / "weights" / "micro_grounding_dino",
+    "builtin:micro-writer": Path(__file__).parent / "weights" / "micro_writer",
 }
-TRAINED_BY = {"micro_vlm": "python jobs/micro_vlm.py train", "micro_grounding_dino": "python jobs/micro_grounding.py train"}
+TRAINED_BY = {"micro_vlm": "python jobs/micro_vlm.py train", "micro_grounding_dino": "python jobs/micro_grounding.py train",
+              "micro_writer": "python jobs/micro_vlm.py train (the writer's options: python jobs/micro_vlm.py --help)"}
 
 
 def builtin_revision(model_id: str) -> str:

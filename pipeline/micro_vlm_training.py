@@ -336,6 +336,37 @@ def _written(engine, spec, templates: dict, n: int, seed: int, open_share: float
             + micro_vlm_writing.write_judgements(engine, pairs, templates, spec.max_new_tokens, spec.system_prompt))
 
 
+def evaluate_writing(backbone: str = "micro-writer", n: int = 200, seed: int = 0, judge: bool = False) -> pl.DataFrame:
+    """A writer's three question sets (and with `judge`, both judge verdicts) on `n` held-out
+    captions, through its configured engine: parse rate and exact match per format, printed with
+    the floors of `pipeline.micro_vlm_writing` and returned."""
+    from operators.demo_generations import WRITTEN_OPEN_SHARE
+    from operators.engines import load_engine
+    from pipeline.config import load_config
+    from pipeline.model_guard import require_models
+
+    cfg = load_config([f"backbones=[{backbone}]"])
+    spec = cfg.backbones[backbone]
+    require_models([spec])
+    pairs = micro_vlm_writing.heldout_pairs(n, seed)
+    engine = load_engine(spec)
+    start = time.monotonic()
+    try:
+        written = micro_vlm_writing.write_questions(engine, [c for c, _ in pairs], cfg.prompts.templates, WRITTEN_OPEN_SHARE,
+                                                    spec.max_new_tokens, spec.system_prompt)
+        if judge:
+            written += micro_vlm_writing.write_judgements(engine, pairs, cfg.prompts.templates, spec.max_new_tokens, spec.system_prompt)
+    finally:
+        engine.close()
+    per_kind = micro_vlm_writing.summary(written)
+    table = pl.DataFrame([{"kind": kind, **row} for kind, row in per_kind.items()])
+    print(f"writing ({backbone}, engine {spec.engine}, {n} held-out captions, seed {seed}):")
+    print(table)
+    print("writing floors:", json.dumps(micro_vlm_writing.writing_floors(per_kind)))
+    print(f"{len(written)} generations in {time.monotonic() - start:.1f}s")
+    return table
+
+
 def evaluate_micro_vlm(backbone: str = "micro", n_per_type: int = 200, seed: int = 0, root: str | None = None, out: str | None = None,
                        overrides: Sequence[str] = (), n_train: int = 300_000, n_views: int = 200,
                        n_writing: int | None = None) -> dict[str, pl.DataFrame]:

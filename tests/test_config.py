@@ -20,6 +20,10 @@ def test_smoke_preset_is_the_small_demo_on_the_random_weight_model(tmp_path):
     assert smoke.backbones["smoke"].model_id == "builtin:tiny-vlm"
     assert smoke.sweep.benchmarks == ["demo", "demo_winoground", "demo_mcq"]  # the default's fixed items, three parts
     assert smoke.sweep.questions.source == demo.sweep.questions.source == "benchmark" and smoke.sweep.questions.open_share == 0
+    # questions.source=model on the default has the shipped writer write them, loaded beside the backbones
+    written = load_config([f"root={tmp_path}", "questions.source=model"])
+    assert written.sweep.questions.generator == "micro-writer" and written.backbones["micro-writer"].model_id == "builtin:micro-writer"
+    assert written.backbones["micro-writer"].writes_questions and "micro-writer" not in demo.backbones
 
 
 def test_paper_preset_names_eleven_backbones_and_five_benchmarks():
