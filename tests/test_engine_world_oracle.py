@@ -27,7 +27,9 @@ from operators.images import decode_image
 from operators.prompts import fill, unfill
 from pipeline.config import load_config
 
-FAST = ["compute.progress_bars=false", "bootstrap.n_resamples=200"]  # as tests/test_micro_vlm_sweep.py runs the demo
+# as tests/test_micro_vlm_sweep.py runs the demo, on the questions the demo ships (these are the
+# oracle's tests; the default's question writer is tests/test_micro_writer.py's)
+FAST = ["compute.progress_bars=false", "bootstrap.n_resamples=200", "questions.source=benchmark"]
 ALL_DEMO = ("demo", "demo_winoground", "demo_mcq", "demo_large", "demo_large_winoground", "demo_large_mcq")
 
 # The oracle's demo run (fixed items, open_share 0; bootstrap 200): SRCC on the correlation part.

@@ -1,7 +1,8 @@
 """The default run tests the method, not only the answers: `python jobs/sweep.py` (the large demo,
 a quarter of its questions left open by their captions, scored by builtin:micro-vlm beside the
-world-truth `oracle`) meets named floors, and each plausible bug inside a formula, or in how the
-pipeline pairs an answer with its item's image, makes one of them fail.
+world-truth `oracle`, with the VLM-as-judge baseline) meets named floors, and each plausible bug
+inside a formula, or in how the pipeline pairs an answer with its item's image, makes one of them
+fail.
 
 The bugs are made in the production code the pipeline calls (tests/mutation.py edits one line of
 the module and swaps the changed functions' code in place), then the sweep is rerun on the stored
@@ -93,6 +94,7 @@ def default_run(ray_session, tmp_path_factory):
     # what `python jobs/sweep.py` runs
     assert cfg.sweep.name == "demo" and cfg.sweep.backbones == ["micro", "oracle"] and cfg.sweep.questions.open_share == 0.25
     assert list(cfg.benchmarks) == ["demo_large", "demo_large_winoground", "demo_large_mcq"]
+    assert "judge_holistic" in cfg.sweep.metrics
     result = run_sweep(cfg)
     return root, result
 
@@ -100,13 +102,34 @@ def default_run(ray_session, tmp_path_factory):
 def rerun(default_run, out: Path):
     root, _ = default_run
     result = run_sweep(load_config([f"root={out}", f"store={root}/store", *FAST, *RERUN]))
-    assert {r.stage: r.sent for r in result.reports}["answers"] == 0  # the stored answers, read again
+    sent = {r.stage: r.sent for r in result.reports}
+    assert sent["answers"] == sent["judge"] == 0  # the stored answers and verdicts, read again
     return result
+
+
+def test_the_judge_metric_prints_as_numbers_with_intervals(default_run):
+    """The judge baseline in the default's table: each backbone's holistic verdicts as numbers with
+    their bootstrap intervals, every verdict valid, and the micro model's following the ratings."""
+    _, result = default_run
+    summary = (Path(result.run_dir) / "summary.txt").read_text()
+    for backbone in ("micro", "oracle"):
+        assert re.search(rf"\| {backbone} +\| judge_holistic +\| \d\.\d{{3}} \[\d\.\d{{3}}, \d\.\d{{3}}\]", summary), backbone
+    stats = result.statistics.filter(pl.col("benchmark") == "demo_large", pl.col("statistic") == "srcc", pl.col("subset") == "all")
+    judged = dict(stats.filter(pl.col("metric") == "judge_holistic").select("backbone", "value").iter_rows())
+    assert judged["oracle"] >= 0.9 and judged["micro"] >= 0.6, judged  # measured: 0.946 and 0.784
+    invalid = result.errors.filter(pl.col("stage") == "judge")  # kept with the text written, never a score
+    assert set(invalid["source"]) <= {"micro"} and invalid["detail"].str.contains("| output: ", literal=True).all()
+    assert invalid.height <= 4, invalid  # measured: 1 of 414 (the micro judge refused a caption it could read)
+
+
+def judge_free(errors: pl.DataFrame) -> pl.DataFrame:
+    """Error rows other than the judge's invalid verdicts and the metaeval's note of the items they leave out."""
+    return errors.filter(pl.col("stage") != "judge", ~pl.col("detail").str.starts_with("micro/judge_holistic:"))
 
 
 def test_the_default_runs_answers_agree_with_the_demo_worlds_truth(default_run):
     _, result = default_run
-    assert result.errors.height == 0
+    assert judge_free(result.errors).height == 0, result.errors
     records = record_truths(pl.read_parquet(Path(result.run_dir) / "records" / "micro.parquet"))
     assert records["logp_yes_v"].null_count() == 0 and records["truth_t"].null_count() > 0  # open questions asked
     assert accuracy(records, "v") >= 0.95, accuracy(records, "v")

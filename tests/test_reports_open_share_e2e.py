@@ -29,7 +29,7 @@ def run_dirs(ray_session, tmp_path_factory):
     root = tmp_path_factory.mktemp("open_share_e2e")
     dirs = []
     for share in SHARES:
-        cfg = load_config([f"root={root}", "sweep=demo", "backbones=[oracle]", "benchmarks=[demo,demo_mcq]", f"questions.open_share={share}",
+        cfg = load_config([f"root={root}", "sweep=demo", "backbones=[oracle]", "benchmarks=[demo,demo_mcq]", "questions.source=benchmark", f"questions.open_share={share}",
                            f"run_name=open-{share:g}", "bootstrap.n_resamples=30", "compute.progress_bars=false"])  # fmt: skip
         dirs.append(Path(run_sweep(cfg).run_dir))
     return dirs
