@@ -10,6 +10,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
+from operators.metrics import catalog
 from pipeline.config import load_config
 from pipeline.sweep import run_sweep
 from tests.benchmark_files import write_genai_bench, write_negbench, write_richhf, write_tifa160, write_winoground
@@ -46,6 +47,9 @@ def test_smoke_sweep_on_all_five_official_formats(ray_session, tmp_path, tiny_vl
             "backbones": ["micro"],  # the default's oracle answers only the demo world
             "benchmarks": list(EXPECTED),
             "questions": {"source": "model", "generator": "zero-cost", "sets": ["depict", "dsg"]},
+            # the question-based metrics: the default's judge (the micro model writing verdicts on
+            # these non-demo images) would refuse them, as error rows this test is not about
+            "metrics": list(catalog.DEFAULT_METRICS),
             "backbone_overrides": {"zero-cost": {"engine_options": {"generations": GENERATIONS}}},
             "benchmark_overrides": {name: {"options": w.options} for name, w in written.items() if w.options},
         },
