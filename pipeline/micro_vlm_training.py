@@ -329,11 +329,17 @@ def floors(table: pl.DataFrame) -> dict[str, bool]:
     }
 
 
-def _written(engine, spec, templates: dict, n: int, seed: int, open_share: float):
-    """The three question sets and both judge verdicts on `n` held-out captions and scenes."""
+def _written(engine, spec, templates: dict, n: int, seed: int, open_share: float, judge: bool = True):
+    """The three question sets (and with `judge`, both judge verdicts) on `n` held-out captions and scenes."""
     pairs = micro_vlm_writing.heldout_pairs(n, seed)
-    return (micro_vlm_writing.write_questions(engine, [c for c, _ in pairs], templates, open_share, spec.max_new_tokens, spec.system_prompt)
-            + micro_vlm_writing.write_judgements(engine, pairs, templates, spec.max_new_tokens, spec.system_prompt))
+    written = micro_vlm_writing.write_questions(engine, [c for c, _ in pairs], templates, open_share, spec.max_new_tokens, spec.system_prompt)
+    if judge:
+        written += micro_vlm_writing.write_judgements(engine, pairs, templates, spec.max_new_tokens, spec.system_prompt)
+    return written
+
+
+def _writing_table(written) -> pl.DataFrame:
+    return pl.DataFrame([{"kind": kind, **row} for kind, row in micro_vlm_writing.summary(written).items()])
 
 
 def evaluate_writing(backbone: str = "micro-writer", n: int = 200, seed: int = 0, judge: bool = False) -> pl.DataFrame:
@@ -348,21 +354,16 @@ def evaluate_writing(backbone: str = "micro-writer", n: int = 200, seed: int = 0
     cfg = load_config([f"backbones=[{backbone}]"])
     spec = cfg.backbones[backbone]
     require_models([spec])
-    pairs = micro_vlm_writing.heldout_pairs(n, seed)
     engine = load_engine(spec)
     start = time.monotonic()
     try:
-        written = micro_vlm_writing.write_questions(engine, [c for c, _ in pairs], cfg.prompts.templates, WRITTEN_OPEN_SHARE,
-                                                    spec.max_new_tokens, spec.system_prompt)
-        if judge:
-            written += micro_vlm_writing.write_judgements(engine, pairs, cfg.prompts.templates, spec.max_new_tokens, spec.system_prompt)
+        written = _written(engine, spec, cfg.prompts.templates, n, seed, WRITTEN_OPEN_SHARE, judge)
     finally:
         engine.close()
-    per_kind = micro_vlm_writing.summary(written)
-    table = pl.DataFrame([{"kind": kind, **row} for kind, row in per_kind.items()])
+    table = _writing_table(written)
     print(f"writing ({backbone}, engine {spec.engine}, {n} held-out captions, seed {seed}):")
     print(table)
-    print("writing floors:", json.dumps(micro_vlm_writing.writing_floors(per_kind)))
+    print("writing floors:", json.dumps(micro_vlm_writing.writing_floors(micro_vlm_writing.summary(written))))
     print(f"{len(written)} generations in {time.monotonic() - start:.1f}s")
     return table
 
@@ -407,7 +408,7 @@ def evaluate_micro_vlm(backbone: str = "micro", n_per_type: int = 200, seed: int
     views = micro_vlm_views.summarize_views(viewed)
     tables["views"] = pl.DataFrame([views])
     if written is not None:
-        tables["writing"] = pl.DataFrame([{"kind": kind, **row} for kind, row in micro_vlm_writing.summary(written).items()])
+        tables["writing"] = _writing_table(written)
     with pl.Config(tbl_rows=100, tbl_cols=20):
         for name, table in tables.items():
             print(f"{name} ({backbone}, engine {spec.engine}):")
