@@ -31,6 +31,7 @@ def no_work(monkeypatch):
 
     monkeypatch.setattr(job, "train_micro_vlm", reached)
     monkeypatch.setattr(job, "evaluate_micro_vlm", reached)
+    monkeypatch.setattr(job, "evaluate_writing", reached)
     return job
 
 
@@ -66,6 +67,13 @@ def test_init_must_be_a_folder_holding_a_model(no_work, tmp_path, capsys):
 def test_a_bad_evaluate_argument_is_one_line_and_exit_2(no_work, capsys):
     for arg in ("n_per_type=0", "n_per_type=-3", "n_per_type=many", "n_views=0", "n_writing=-1"):
         assert no_work.main(["evaluate", arg]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and arg.split("=")[0] in err, err
+
+
+def test_a_bad_writing_argument_is_one_line_and_exit_2(no_work, capsys):
+    for arg in ("n=0", "n=many", "judge=maybe", "seed=x", "n_writing=5"):
+        assert no_work.main(["writing", arg]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and arg.split("=")[0] in err, err
 
