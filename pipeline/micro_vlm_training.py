@@ -205,22 +205,30 @@ def _demo_world_index() -> tuple[dict, dict, dict]:
     return scenes, caption_of, facts_of_question
 
 
-def record_truths(records: pl.DataFrame) -> pl.DataFrame:
+def record_truths(records: pl.DataFrame, known_only: bool = False) -> pl.DataFrame:
     """A demo run's per-question records (records/<backbone>.parquet) with each question's
     true answer on its image (`truth_v`) and the answer its caption implies (`truth_t`, DEPICT
-    questions only; null where the caption leaves it open): what p_v and p_t should say."""
+    questions only; null where the caption leaves it open): what p_v and p_t should say.
+
+    A record whose question is not one its caption's world asks about (a written question the
+    writer got wrong) has no truth: it raises, or with `known_only` is left out, so that a
+    caller can bound how many a run's writer wrote."""
     scenes, caption_of, facts_of_question = _demo_world_index()
-    truth_v, truth_t = [], []
+    truth_v, truth_t, known = [], [], []
     for r in records.iter_rows(named=True):
         form = "dsg" if r["question_set"] == "dsg" else "depict"
         cap = caption_of[r["caption"]]
         asked = set(cap.facts + cap.open_facts())
         found = [f for f, fm in facts_of_question.get(r["question"], ()) if fm == form and f in asked]
-        if len(found) != 1 or r["image_hash"] not in scenes:
+        known.append(len(found) == 1 and r["image_hash"] in scenes)
+        if not known[-1]:
+            if known_only:
+                continue
             raise ValueError(f"record {r['item_id']}/{r['question_id']} ({r['question']!r}) is not one of the demo's questions")
         truth_v.append(demo_world.image_truth(found[0], form, scenes[r["image_hash"]]))
         truth_t.append(cap.implies(found[0]) if form == "depict" else None)
-    return records.with_columns(truth_v=pl.Series(truth_v, dtype=pl.Boolean), truth_t=pl.Series(truth_t, dtype=pl.Boolean))
+    return records.filter(pl.Series(known, dtype=pl.Boolean)).with_columns(
+        truth_v=pl.Series(truth_v, dtype=pl.Boolean), truth_t=pl.Series(truth_t, dtype=pl.Boolean))
 
 
 def answer_benchmark_requests(engine, requests: pl.DataFrame, templates: dict, system: str | None = None) -> list[Answered]:

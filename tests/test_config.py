@@ -19,11 +19,12 @@ def test_smoke_preset_is_the_small_demo_on_the_random_weight_model(tmp_path):
     assert smoke.sweep.name == "smoke" and smoke.sweep.backbones == ["smoke"]
     assert smoke.backbones["smoke"].model_id == "builtin:tiny-vlm"
     assert smoke.sweep.benchmarks == ["demo", "demo_winoground", "demo_mcq"]  # the default's fixed items, three parts
-    assert smoke.sweep.questions.source == demo.sweep.questions.source == "benchmark" and smoke.sweep.questions.open_share == 0
-    # questions.source=model on the default has the shipped writer write them, loaded beside the backbones
-    written = load_config([f"root={tmp_path}", "questions.source=model"])
-    assert written.sweep.questions.generator == "micro-writer" and written.backbones["micro-writer"].model_id == "builtin:micro-writer"
-    assert written.backbones["micro-writer"].writes_questions and "micro-writer" not in demo.backbones
+    assert smoke.sweep.questions.source == "benchmark" and smoke.sweep.questions.open_share == 0
+    # the default has the shipped writer write its questions, loaded beside the backbones
+    assert demo.sweep.questions.source == "model" and demo.sweep.questions.generator == "micro-writer"
+    assert demo.backbones["micro-writer"].model_id == "builtin:micro-writer" and demo.backbones["micro-writer"].writes_questions
+    shipped = load_config([f"root={tmp_path}", "questions.source=benchmark"])  # the questions the demo ships instead
+    assert "micro-writer" not in shipped.backbones
 
 
 def test_paper_preset_names_eleven_backbones_and_five_benchmarks():
@@ -270,7 +271,7 @@ def test_overrides_naming_nothing_in_the_run_are_reported(tmp_path, caplog):
         cfg = load_config([f"root={tmp_path}", "benchmark_overrides.demo.limit_groups=2", "backbone_overrides.micr.batch_size=8"])
     said = [r.getMessage() for r in caplog.records]
     assert any(m.startswith("benchmark_overrides.demo: no benchmark of this run is named demo (this run's: demo_large,") for m in said), said
-    assert any(m.startswith("backbone_overrides.micr: no backbone of this run is named micr (this run's: micro, oracle)") for m in said), said
+    assert any(m.startswith("backbone_overrides.micr: no backbone of this run is named micr (this run's: micro, oracle, micro-writer)") for m in said), said
     assert "demo" not in cfg.benchmarks
     caplog.clear()
     with caplog.at_level("WARNING", logger="pipeline.config"):
