@@ -28,7 +28,8 @@ open (the colour of an uncoloured thing, whether a single thing is one of two, t
 between unrelated things), trained toward P(yes) = 0.5; `write_per_step=depict:N,dsg:N,claims:N,
 judge_holistic:N,judge_decomposed:N` adds writing lessons (operators/micro_vlm_writing.py: the
 generation prompts answered as a faithful writer would), for which the tokenizer is trained on
-the lessons too; `hidden=` (a multiple of 64; default 128) and `layers=` (default 4) size the text
+the lessons too; `write_clause_weights=N,N,N` draws their captions with 1, 2 and 3 clauses that
+often (default 45,45,10, the world's own mix); `hidden=` (a multiple of 64; default 128) and `layers=` (default 4) size the text
 model of a run from scratch.
 
 The shipped weights are one run from scratch of 14,409 s (threads=1, 2 cores shared with other
@@ -129,14 +130,20 @@ def yes_no(value: str) -> bool:
     return value.lower() == "true"
 
 
+def clause_weights(value: str) -> tuple[float, ...]:
+    """`write_clause_weights=30,40,30`: how often captions of 1, 2 and 3 clauses."""
+    return tuple(float(w) for w in value.split(","))
+
+
 WRITTEN_AS = {yes_no: "boolean (true or false)", fact_type_weights: "list of fact_type:weight", requests_per_step: "list of kind:count",
               lessons_per_step: "list of lesson_kind:count",
-              share: "number between 0 and 1"}
+              share: "number between 0 and 1", clause_weights: "list of three numbers"}
 ALLOWED = {"train": {"out": str, "seconds": float, "seed": int, "threads": int, "lr": float, "init": str,
                      "warmup_seconds": float, "position_weight": float, "type_weights": fact_type_weights,
                      "per_step": requests_per_step, "hybrid_share": share, "negbench_share": share, "open_share": share,
                      "checkpoint_minutes": float, "write_per_step": lessons_per_step, "write_weight": float,
                      "refusal_share": share, "write_open_share": float, "write_eval_every": float, "resume": str,
+                     "write_clause_weights": clause_weights,
                      "hidden": int, "layers": int},
            "evaluate": {"backbone": str, "n_per_type": int, "n_views": int, "n_writing": int, "seed": int, "out": str},
            "writing": {"backbone": str, "n": int, "seed": int, "judge": yes_no}}

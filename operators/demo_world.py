@@ -731,6 +731,9 @@ def consistent(clauses: tuple[Clause, ...]) -> bool:
     return len(set(counted)) == len(counted)  # "two circles and a circle" says two things at once
 
 
+CLAUSE_WEIGHTS = (45, 45, 10)  # how often a drawn caption has 1, 2 and 3 clauses
+
+
 class WorldSampler:
     """Seeded draws of scenes, captions and yes/no requests from the demo world.
 
@@ -884,11 +887,13 @@ class WorldSampler:
         fact = self.fact(scene_, "negation", true)
         return None if fact is None else No(fact.shape, fact.colour)
 
-    def caption(self, scene_: Scene, p_true: float = 0.6, max_clauses: int = 3) -> Caption:
-        """A caption of 1-3 clauses, each true of the scene with probability `p_true`."""
+    def caption(self, scene_: Scene, p_true: float = 0.6, max_clauses: int = 3,
+                clause_weights: Sequence[float] = CLAUSE_WEIGHTS) -> Caption:
+        """A caption of 1-3 clauses (how often each count: `clause_weights`), each true of the
+        scene with probability `p_true`."""
         rng = self.rng
         while True:
-            n = rng.choices(range(1, max_clauses + 1), weights=(45, 45, 10)[:max_clauses])[0]
+            n = rng.choices(range(1, max_clauses + 1), weights=tuple(clause_weights)[:max_clauses])[0]
             clauses = tuple(c for c in (self._clause(scene_, rng.random() < p_true) for _ in range(n)) if c is not None)
             if clauses and consistent(clauses):
                 cap = Caption(clauses)

@@ -421,6 +421,7 @@ def check_train_options(
     refusal_share: float = 0.05,
     write_open_share: float = 0.25,
     write_eval_every: float = 1200,
+    write_clause_weights: Sequence[float] | None = None,
     hidden: int | None = None,
     layers: int | None = None,
     **_other,
@@ -469,6 +470,12 @@ def check_train_options(
             raise ValueError(f"per_step must draw at least one request per step, got {dict(per_step)}")
         if not counts["image"] and (warmup_seconds is None or warmup_seconds > 0):
             raise ValueError("per_step draws no image requests, which the warm-up trains on alone: give image:N above 0, or warmup_seconds=0")
+    if write_clause_weights is not None and (
+            len(write_clause_weights) != len(demo_world.CLAUSE_WEIGHTS)
+            or not all(isinstance(w, (int, float)) and math.isfinite(w) and w >= 0 for w in write_clause_weights)
+            or not sum(write_clause_weights) > 0):
+        raise ValueError("write_clause_weights are how often writing lessons' captions have 1, 2 and 3 clauses: "
+                         f"three numbers of 0 or more, not all 0; got {write_clause_weights}")
     if hidden is not None and (not isinstance(hidden, int) or hidden < 64 or hidden % 64):
         raise ValueError(f"hidden is the text model's width, a multiple of 64 (heads of 32, half as many key-value heads), got {hidden}")
     if layers is not None and (not isinstance(layers, int) or layers < 1):
@@ -524,6 +531,7 @@ def train(
     refusal_share: float = 0.05,
     write_open_share: float = 0.25,
     write_eval_every: float = 1200,
+    write_clause_weights: Sequence[float] | None = None,
     resume: bool = False,
     **model_options,
 ) -> TrainReport:
@@ -542,7 +550,9 @@ def train(
     `write_per_step` adds writing lessons after the warm-up (operators/micro_vlm_writing.py): per
     step, that many of each kind (depict, dsg, claims, judge_holistic, judge_decomposed), their
     question sets holding `write_open_share` open questions, `refusal_share` of them on captions
-    with an unseen word; their token loss is weighted by `write_weight`. A model that writes
+    with an unseen word, their captions of 1, 2 and 3 clauses as often as `write_clause_weights`
+    say (default: the world's own mix, `demo_world.CLAUSE_WEIGHTS`; held-out checks keep it);
+    their token loss is weighted by `write_weight`. A model that writes
     needs its tokenizer trained on the lessons too, so writing starts from scratch (or from an
     `init` that wrote). Every `write_eval_every` seconds a few held-out lessons are written
     greedily and compared exactly.
@@ -561,6 +571,7 @@ def train(
                         open_share=open_share, warmup_seconds=warmup_seconds, init=init, checkpoint_minutes=checkpoint_minutes,
                         write_per_step=write_per_step, write_weight=write_weight, refusal_share=refusal_share,
                         write_open_share=write_open_share, write_eval_every=write_eval_every,
+                        write_clause_weights=write_clause_weights,
                         **{k: v for k, v in model_options.items() if k in ("hidden", "layers")})
     check_writable(out)
     import torch
@@ -634,6 +645,7 @@ def train(
     val += [demo_views.claim_request(held, view) for view in MASKED_VIEWS for _ in range(50)] if "view" in per_step else []
     val_lessons = [micro_vlm_writing.draw_lesson(held, kind, write_open_share) for kind in writing for _ in range(8)]
     next_write_eval = warmup_seconds
+    clauses = tuple(write_clause_weights or demo_world.CLAUSE_WEIGHTS)  # held-out checks keep the world's own mix
     colour_of = torch.tensor([0] + [1 + list(demo_world.COLOURS).index(c) for _, c in pixels.things])
     shape_of = torch.tensor([0] + [1 + list(demo_world.SHAPES).index(s) for s, _ in pixels.things])
     history: list[dict] = []
@@ -659,7 +671,7 @@ def train(
                "per_step": per_step, "hybrid_share": hybrid_share, "negbench_share": negbench_share,
                "open_share": open_share, "warmup_seconds": warmup_seconds, "init": init, "seconds": seconds,
                "write_per_step": writing, "write_weight": write_weight, "refusal_share": refusal_share,
-               "write_open_share": write_open_share, **model_options}
+               "write_open_share": write_open_share, "write_clause_weights": write_clause_weights, **model_options}
     while (elapsed := time.monotonic() - start) < seconds:
         warm = elapsed < warmup_seconds
         progress = elapsed / seconds
@@ -701,7 +713,7 @@ def train(
             examples += n
         write_total = 0.0
         for kind, n in ({} if warm else writing).items():  # one backward per kind: long sequences, bounded memory
-            batch = [micro_vlm_writing.draw_lesson(sampler, kind, write_open_share, refusal_share) for _ in range(n)]
+            batch = [micro_vlm_writing.draw_lesson(sampler, kind, write_open_share, refusal_share, clauses) for _ in range(n)]
             loss = write_weight * n / sum(writing.values()) * micro_vlm_writing.lesson_loss(model, lessons, batch)
             captured.clear()
             loss.backward()

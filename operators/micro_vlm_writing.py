@@ -53,10 +53,12 @@ def unseen_word(rng: random.Random) -> str:
             return word
 
 
-def draw_lesson(sampler: demo_world.WorldSampler, kind: str, open_share: float, refusal_share: float = 0.0) -> Lesson:
-    """One lesson of `kind` on a fresh scene and caption of the sampler's split."""
+def draw_lesson(sampler: demo_world.WorldSampler, kind: str, open_share: float, refusal_share: float = 0.0,
+                clause_weights: Sequence[float] = demo_world.CLAUSE_WEIGHTS) -> Lesson:
+    """One lesson of `kind` on a fresh scene and caption of the sampler's split (captions of 1, 2
+    and 3 clauses as often as `clause_weights` say: the world's own mix by default)."""
     scene = sampler.scene()
-    caption = sampler.caption(scene)
+    caption = sampler.caption(scene, clause_weights=clause_weights)
     image = scene if kind.startswith("judge_") else None
     if refusal_share and sampler.rng.random() < refusal_share:
         words = caption.text.split()

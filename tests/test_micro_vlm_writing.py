@@ -109,6 +109,25 @@ def test_a_caption_with_an_unseen_word_is_answered_by_the_refusal():
     assert not words & demo_generations.world_words() and len(words) > 50
 
 
+def test_clause_weights_set_how_long_the_lessons_captions_are_and_the_default_is_the_worlds_mix(capsys, tmp_path):
+    from jobs.micro_vlm import main
+
+    def clauses(weights, seed=2):
+        sampler = demo_world.WorldSampler(seed, "train")
+        return [len(micro_vlm_writing.draw_lesson(sampler, "depict", 0.25, clause_weights=weights).caption.split(" and "))
+                for _ in range(150)]
+
+    assert set(clauses((1, 0, 0))) == {1}
+    long = clauses((0, 0, 1))
+    assert sum(n == 3 for n in long) > 0.4 * len(long)  # 0.57: a clause the scene cannot give is dropped
+    world = demo_world.WorldSampler(2, "train")
+    default = [len(micro_vlm_writing.draw_lesson(world, "depict", 0.25).caption.split(" and ")) for _ in range(150)]
+    assert default == clauses(demo_world.CLAUSE_WEIGHTS)  # the same draws as before the option existed
+    assert main(["train", "write_clause_weights=1,2", f"out={tmp_path}"]) == 2
+    assert "write_clause_weights are how often writing lessons' captions have 1, 2 and 3 clauses" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
 def test_resume_takes_no_options_of_its_own(tmp_path, monkeypatch, capsys):
     import jobs.micro_vlm as job
 
