@@ -42,7 +42,7 @@ FLOORS = {
     "depict_winoground": 0.99,  # DEPICT wins every Winoground-style group
 }
 # Measured with the shipped model: the default run, then each mutation (scripts in the closing notes).
-MEASURED = {"depict_srcc": 0.927, "soft_tifa_srcc": 0.563, "agree_on_true_captions": 0.991, "depict_winoground": 1.0}
+MEASURED = {"depict_srcc": 0.929, "soft_tifa_srcc": 0.570, "agree_on_true_captions": 0.991, "depict_winoground": 1.0}
 
 
 def accuracy(records: pl.DataFrame, side: str) -> float:
@@ -138,7 +138,7 @@ def test_the_default_writes_the_worlds_question_sets(default_run):
     captions = pl.read_parquet(Path(result.run_dir) / "items.parquet")["caption"].unique().to_list()
     assert set(questions["source"]) == {"micro-writer"}
     match = question_match(questions, captions, ["depict", "dsg"])
-    assert all(writing_floors(match).values()), match  # measured: parse 1.000 each, exact WRITTEN
+    assert all(writing_floors(match).values()), match  # measured: parse 1.000 each, exact 0.989 (depict), 0.962 (dsg)
     sent = {r.stage: r.sent for r in result.reports}
     assert sent["questions"] == 2 * len(captions)  # one generation per caption and set
 
@@ -204,7 +204,7 @@ def test_caption_only_prompts_given_the_image_break_the_caption_floor(ray_sessio
     monkeypatch.setattr(HFEngine, "score_yes_no", shown_the_image)
     with executor.running_locally(executor.LocalExecutor()):
         result = run_sweep(cfg)
-    records = record_truths(pl.read_parquet(Path(result.run_dir) / "records" / "micro.parquet"))
+    records = record_truths(pl.read_parquet(Path(result.run_dir) / "records" / "micro.parquet"), known_only=True)
     assert accuracy(records, "v") >= 0.9  # 1.00: the image requests are untouched
     assert accuracy(records, "t") < 0.8, accuracy(records, "t")  # 0.21 (1.000 unmutated)
 
@@ -218,16 +218,16 @@ V, T = '"logp_yes_v", "logp_no_v"', '"logp_yes_t", "logp_no_t"'
 SWAPPED = SIDES.replace(V, "<v>").replace(T, V).replace("<v>", T)  # p_v read from the caption-only answer, p_t from the image's
 MUTATIONS = {
     # name: (module, production text, the bug, the floor it must break); measured values after the arrows
-    "p_v and p_t swapped in DEPICT's formula": (decomposed, SIDES, SWAPPED, "agree_on_true_captions"),  # 0.991 -> 0.893
-    "commitment read from p_v": (decomposed, COMMITMENT, COMMITMENT.replace("p_t", "p_v"), "agree_on_true_captions"),  # -> 0.893
-    "commitment dropped (uniform weights)": (decomposed, COMMITMENT, "commitment=pl.lit(1.0),\n        )", "agree_on_true_captions"),  # -> 0.893
+    "p_v and p_t swapped in DEPICT's formula": (decomposed, SIDES, SWAPPED, "agree_on_true_captions"),  # 0.991 -> 0.891
+    "commitment read from p_v": (decomposed, COMMITMENT, COMMITMENT.replace("p_t", "p_v"), "agree_on_true_captions"),  # -> 0.891
+    "commitment dropped (uniform weights)": (decomposed, COMMITMENT, "commitment=pl.lit(1.0),\n        )", "agree_on_true_captions"),  # -> 0.891
     "holistic merge weight inverted": (holistic, MERGE, MERGE.replace('pl.col("hol_score")', '(1.0 - pl.col("hol_score"))'),
-                                       "depict_srcc"),  # 0.927 -> -0.365
-    "Soft-TIFA reads p_t": (decomposed, "            p_v=p_v,\n", "            p_v=p_t,\n", "soft_tifa_srcc"),  # 0.563 -> -0.071
+                                       "depict_srcc"),  # 0.929 -> -0.364
+    "Soft-TIFA reads p_t": (decomposed, "            p_v=p_v,\n", "            p_v=p_t,\n", "soft_tifa_srcc"),  # 0.570 -> -0.060
 }
 # The holistic merge dropped (DEPICT = its decomposed term alone) is not among them: with the
 # shipped model the term alone already wins every Winoground-style group and ranks the pairs within
-# 0.01 of the merge (agree 0.919, DEPICT 0.927), so no meaning floor can see it;
+# 0.01 of the merge (agree 0.922, DEPICT 0.929), so no meaning floor can see it;
 # tests/test_metrics_holistic.py's hand-computed merges catch it (4 of its tests fail).
 # DSG's parents are not among them: both backbones answer a question about a thing's detail No
 # when the thing is missing, so the graph changes no demo score (dsg = dsg_nodep on all 192
@@ -252,7 +252,7 @@ def test_answers_joined_to_another_items_image_break_the_ranking(default_run, tm
     bug = plan.replace('"image_hash", "image_uri"', 'pl.col("image_hash").reverse().over("caption"), "image_uri"')
     with mutated(requests, plan, bug):
         values = floors(rerun(default_run, tmp_path))
-    assert "depict_srcc" in broken(values), values  # 0.927 -> 0.663
+    assert "depict_srcc" in broken(values), values  # 0.927 -> 0.663 (measured on the questions the demo ships)
 
 
 def test_answers_computed_in_parts_of_8_are_the_bits_of_parts_of_64(default_run, tmp_path):
