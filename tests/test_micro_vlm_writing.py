@@ -122,7 +122,7 @@ def test_clause_weights_set_how_long_the_lessons_captions_are_and_the_default_is
     assert sum(n == 3 for n in long) > 0.4 * len(long)  # 0.57: a clause the scene cannot give is dropped
     world = demo_world.WorldSampler(2, "train")
     default = [len(micro_vlm_writing.draw_lesson(world, "depict", 0.25).caption.split(" and ")) for _ in range(150)]
-    assert default == clauses(demo_world.CLAUSE_WEIGHTS)  # the same draws as before the option existed
+    assert default == clauses(demo_world.CLAUSE_WEIGHTS)  # no weights given: the world's own mix, draw for draw
     assert main(["train", "write_clause_weights=1,2", f"out={tmp_path}"]) == 2
     assert "write_clause_weights are how often writing lessons' captions have 1, 2 and 3 clauses" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
