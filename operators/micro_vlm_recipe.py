@@ -645,7 +645,7 @@ def train(
     val += [demo_views.claim_request(held, view) for view in MASKED_VIEWS for _ in range(50)] if "view" in per_step else []
     val_lessons = [micro_vlm_writing.draw_lesson(held, kind, write_open_share) for kind in writing for _ in range(8)]
     next_write_eval = warmup_seconds
-    clauses = tuple(write_clause_weights or demo_world.CLAUSE_WEIGHTS)  # held-out checks keep the world's own mix
+    clauses = tuple(write_clause_weights or demo_world.CLAUSE_WEIGHTS)  # training lessons only: val_lessons keep the world's mix
     colour_of = torch.tensor([0] + [1 + list(demo_world.COLOURS).index(c) for _, c in pixels.things])
     shape_of = torch.tensor([0] + [1 + list(demo_world.SHAPES).index(s) for s, _ in pixels.things])
     history: list[dict] = []
