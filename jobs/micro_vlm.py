@@ -29,7 +29,8 @@ between unrelated things), trained toward P(yes) = 0.5; `write_per_step=depict:N
 judge_holistic:N,judge_decomposed:N` adds writing lessons (operators/micro_vlm_writing.py: the
 generation prompts answered as a faithful writer would), for which the tokenizer is trained on
 the lessons too; `write_clause_weights=N,N,N` draws their captions with 1, 2 and 3 clauses that
-often (default 45,45,10, the world's own mix); `hidden=` (a multiple of 64; default 128) and `layers=` (default 4) size the text
+often (default 45,45,10, the world's own mix) and `write_repeat_share=` at least that share of
+them from captions that name one shape twice (default 0); `hidden=` (a multiple of 64; default 128) and `layers=` (default 4) size the text
 model of a run from scratch.
 
 The shipped weights are one run from scratch of 14,409 s (threads=1, 2 cores shared with other
@@ -151,7 +152,7 @@ ALLOWED = {"train": {"out": str, "seconds": float, "seed": int, "threads": int, 
                      "per_step": requests_per_step, "hybrid_share": share, "negbench_share": share, "open_share": share,
                      "checkpoint_minutes": float, "write_per_step": lessons_per_step, "write_weight": float,
                      "refusal_share": share, "write_open_share": float, "write_eval_every": float, "resume": str,
-                     "write_clause_weights": clause_weights,
+                     "write_clause_weights": clause_weights, "write_repeat_share": share,
                      "hidden": int, "layers": int},
            "evaluate": {"backbone": str, "n_per_type": int, "n_views": int, "n_writing": int, "seed": int, "out": str},
            "writing": {"backbone": str, "n": int, "seed": int, "judge": yes_no}}

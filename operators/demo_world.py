@@ -246,6 +246,14 @@ class Caption:
         return "negation" if all(negated) else "hybrid" if any(negated) else "affirmative"
 
     @property
+    def repeats_a_shape(self) -> bool:
+        """Whether two of its mentions name one shape ("a square left of a triangle and a green
+        square"): a writer must then work out which details belong to which thing, and these are
+        the captions micro-writer gets wrong (docs/method.md, "The demo benchmark")."""
+        shapes = [t.shape for c in self.clauses for t in ((c.subject, c.object) if isinstance(c, Relation) else (c,))]
+        return len(shapes) != len(set(shapes))
+
+    @property
     def facts(self) -> list[Fact]:
         """Atomic facts in caption order, each once (a thing's existence before its details)."""
         return list(dict.fromkeys(f for clause in self.clauses for f in clause.facts()))

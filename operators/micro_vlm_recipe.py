@@ -422,6 +422,7 @@ def check_train_options(
     write_open_share: float = 0.25,
     write_eval_every: float = 1200,
     write_clause_weights: Sequence[float] | None = None,
+    write_repeat_share: float = 0.0,
     hidden: int | None = None,
     layers: int | None = None,
     **_other,
@@ -476,6 +477,8 @@ def check_train_options(
             or not sum(write_clause_weights) > 0):
         raise ValueError("write_clause_weights are how often writing lessons' captions have 1, 2 and 3 clauses: "
                          f"three numbers of 0 or more, not all 0; got {write_clause_weights}")
+    if not (isinstance(write_repeat_share, (int, float)) and math.isfinite(write_repeat_share) and 0.0 <= write_repeat_share <= 1.0):
+        raise ValueError(f"write_repeat_share is the share of writing lessons whose caption names one shape twice, between 0 and 1; got {write_repeat_share}")
     if hidden is not None and (not isinstance(hidden, int) or hidden < 64 or hidden % 64):
         raise ValueError(f"hidden is the text model's width, a multiple of 64 (heads of 32, half as many key-value heads), got {hidden}")
     if layers is not None and (not isinstance(layers, int) or layers < 1):
@@ -532,6 +535,7 @@ def train(
     write_open_share: float = 0.25,
     write_eval_every: float = 1200,
     write_clause_weights: Sequence[float] | None = None,
+    write_repeat_share: float = 0.0,
     resume: bool = False,
     **model_options,
 ) -> TrainReport:
@@ -551,7 +555,8 @@ def train(
     step, that many of each kind (depict, dsg, claims, judge_holistic, judge_decomposed), their
     question sets holding `write_open_share` open questions, `refusal_share` of them on captions
     with an unseen word, their captions of 1, 2 and 3 clauses as often as `write_clause_weights`
-    say (default: the world's own mix, `demo_world.CLAUSE_WEIGHTS`; held-out checks keep it);
+    say (default: the world's own mix, `demo_world.CLAUSE_WEIGHTS`; held-out checks keep it) and at
+least `write_repeat_share` of them naming one shape twice (default 0, the world's own draws);
     their token loss is weighted by `write_weight`. A model that writes
     needs its tokenizer trained on the lessons too, so writing starts from scratch (or from an
     `init` that wrote). Every `write_eval_every` seconds a few held-out lessons are written
@@ -571,7 +576,7 @@ def train(
                         open_share=open_share, warmup_seconds=warmup_seconds, init=init, checkpoint_minutes=checkpoint_minutes,
                         write_per_step=write_per_step, write_weight=write_weight, refusal_share=refusal_share,
                         write_open_share=write_open_share, write_eval_every=write_eval_every,
-                        write_clause_weights=write_clause_weights,
+                        write_clause_weights=write_clause_weights, write_repeat_share=write_repeat_share,
                         **{k: v for k, v in model_options.items() if k in ("hidden", "layers")})
     check_writable(out)
     import torch
@@ -671,7 +676,8 @@ def train(
                "per_step": per_step, "hybrid_share": hybrid_share, "negbench_share": negbench_share,
                "open_share": open_share, "warmup_seconds": warmup_seconds, "init": init, "seconds": seconds,
                "write_per_step": writing, "write_weight": write_weight, "refusal_share": refusal_share,
-               "write_open_share": write_open_share, "write_clause_weights": write_clause_weights, **model_options}
+               "write_open_share": write_open_share, "write_clause_weights": write_clause_weights,
+               "write_repeat_share": write_repeat_share, **model_options}
     while (elapsed := time.monotonic() - start) < seconds:
         warm = elapsed < warmup_seconds
         progress = elapsed / seconds
@@ -713,7 +719,7 @@ def train(
             examples += n
         write_total = 0.0
         for kind, n in ({} if warm else writing).items():  # one backward per kind: long sequences, bounded memory
-            batch = [micro_vlm_writing.draw_lesson(sampler, kind, write_open_share, refusal_share, clauses) for _ in range(n)]
+            batch = [micro_vlm_writing.draw_lesson(sampler, kind, write_open_share, refusal_share, clauses, write_repeat_share) for _ in range(n)]
             loss = write_weight * n / sum(writing.values()) * micro_vlm_writing.lesson_loss(model, lessons, batch)
             captured.clear()
             loss.backward()

@@ -54,11 +54,17 @@ def unseen_word(rng: random.Random) -> str:
 
 
 def draw_lesson(sampler: demo_world.WorldSampler, kind: str, open_share: float, refusal_share: float = 0.0,
-                clause_weights: Sequence[float] = demo_world.CLAUSE_WEIGHTS) -> Lesson:
+                clause_weights: Sequence[float] = demo_world.CLAUSE_WEIGHTS, repeat_share: float = 0.0) -> Lesson:
     """One lesson of `kind` on a fresh scene and caption of the sampler's split (captions of 1, 2
-    and 3 clauses as often as `clause_weights` say: the world's own mix by default)."""
+    and 3 clauses as often as `clause_weights` say: the world's own mix by default); at least
+    `repeat_share` of them name one shape twice (`Caption.repeats_a_shape`), drawn again until
+    they do (default 0: the world's own draws, unchanged)."""
     scene = sampler.scene()
     caption = sampler.caption(scene, clause_weights=clause_weights)
+    if repeat_share and sampler.rng.random() < repeat_share:
+        while not caption.repeats_a_shape:
+            scene = sampler.scene()
+            caption = sampler.caption(scene, clause_weights=clause_weights)
     image = scene if kind.startswith("judge_") else None
     if refusal_share and sampler.rng.random() < refusal_share:
         words = caption.text.split()

@@ -371,6 +371,8 @@ def evaluate_writing(backbone: str = "micro-writer", n: int = 200, seed: int = 0
     table = _writing_table(written)
     print(f"writing ({backbone}, engine {spec.engine}, {n} held-out captions, seed {seed}):")
     print(table)
+    print("exact match by caption (its clauses; whether two mentions name one shape):")
+    print(pl.DataFrame(micro_vlm_writing.by_caption(written)))
     print("writing floors:", json.dumps(micro_vlm_writing.writing_floors(micro_vlm_writing.summary(written))))
     print(f"{len(written)} generations in {time.monotonic() - start:.1f}s")
     return table

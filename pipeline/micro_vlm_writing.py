@@ -110,6 +110,22 @@ def summary(written: Sequence[Written]) -> dict[str, dict[str, float]]:
     return out
 
 
+def by_caption(written: Sequence[Written]) -> list[dict]:
+    """Exact match of each question format per kind of caption: its number of clauses and whether
+    two of its mentions name one shape (`Caption.repeats_a_shape`), where a writer must work out
+    which details belong to which thing. Says where a writer's misses are, not only how many."""
+    from operators.engines.world_oracle import parse_caption
+
+    groups: dict[tuple[int, bool], dict[str, list[bool]]] = {}
+    for w in written:
+        if w.kind in PARSERS:
+            caption = parse_caption(w.caption)
+            groups.setdefault((len(caption.clauses), caption.repeats_a_shape), {}).setdefault(w.kind, []).append(w.exact)
+    return [{"clauses": clauses, "repeats_a_shape": repeats, "n": len(next(iter(kinds.values()))),
+             **{kind: round(sum(hits) / len(hits), 3) for kind, hits in kinds.items()}}
+            for (clauses, repeats), kinds in sorted(groups.items())]
+
+
 def writing_floors(per_kind: dict[str, dict[str, float]]) -> dict[str, bool]:
     """Which of `FLOORS` each question format of a `summary` (or `question_match`) meets; the
     judge's verdicts have no floor of their own (their parse rate is the judge validity rate)."""

@@ -128,6 +128,58 @@ def test_clause_weights_set_how_long_the_lessons_captions_are_and_the_default_is
     assert not any(tmp_path.iterdir())
 
 
+def test_a_caption_repeats_a_shape_when_two_of_its_mentions_name_it():
+    repeats = {"a square left of a triangle and a green square": True, "a circle and a square and a blue circle": True,
+               "a triangle above a triangle": True, "two stars and no blue star": True,
+               "a red circle below a star": False, "a blue star right of a circle and a green square and a triangle": False,
+               "three circles": False}
+    from operators.engines.world_oracle import parse_caption
+
+    assert {text: parse_caption(text).repeats_a_shape for text in repeats} == repeats
+
+
+def test_repeat_share_draws_that_share_of_lessons_naming_a_shape_twice_and_zero_is_the_worlds_draws(capsys, tmp_path):
+    from jobs.micro_vlm import main
+
+    def captions(share, seed=4):
+        sampler = demo_world.WorldSampler(seed, "train")
+        return [micro_vlm_writing.draw_lesson(sampler, "dsg", 0.25, repeat_share=share).caption for _ in range(200)]
+
+    def repeating(texts):
+        from operators.engines.world_oracle import parse_caption
+
+        return sum(parse_caption(t).repeats_a_shape for t in texts) / len(texts)
+
+    world = demo_world.WorldSampler(4, "train")
+    assert captions(0.0) == [micro_vlm_writing.draw_lesson(world, "dsg", 0.25).caption for _ in range(200)]
+    assert repeating(captions(0.0)) < 0.45  # the world's own share (0.30 of 2,000 draws)
+    assert repeating(captions(1.0)) == 1.0
+    assert 0.75 < repeating(captions(0.8)) < 0.98  # 0.8 forced, and some of the rest repeat by chance
+    assert main(["train", "write_repeat_share=1.5", f"out={tmp_path}"]) == 2
+    assert "write_repeat_share must be a number between 0 and 1, got '1.5'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="write_repeat_share is the share of writing lessons whose caption names one shape twice"):
+        micro_vlm_recipe.check_train_options(seconds=1, write_repeat_share=float("nan"))
+    assert not any(tmp_path.iterdir())
+
+
+def test_exact_match_by_caption_splits_each_format_by_clauses_and_repeated_shapes():
+    from pipeline.micro_vlm_writing import Written, by_caption
+
+    def w(kind, caption, exact):
+        return Written(kind, caption, "", True, exact)
+
+    written = [w("depict", "a red circle", True), w("dsg", "a red circle", True),
+               w("depict", "a star and a red star", False), w("dsg", "a star and a red star", True),
+               w("depict", "a square and a green square", True), w("dsg", "a square and a green square", False),
+               w("depict", "a star and a circle", True), w("dsg", "a star and a circle", True),
+               w("judge_holistic", "a star and a circle", False)]  # no question set: not counted
+    assert by_caption(written) == [
+        {"clauses": 1, "repeats_a_shape": False, "n": 1, "depict": 1.0, "dsg": 1.0},
+        {"clauses": 2, "repeats_a_shape": False, "n": 1, "depict": 1.0, "dsg": 1.0},
+        {"clauses": 2, "repeats_a_shape": True, "n": 2, "depict": 0.5, "dsg": 0.5},
+    ]
+
+
 def test_resume_takes_no_options_of_its_own(tmp_path, monkeypatch, capsys):
     import jobs.micro_vlm as job
 
