@@ -70,9 +70,9 @@ and resumed at 1,800 s with write_clause_weights=30,40,30 (three-clause captions
 mistakes were, three times as often): 5,102 s, 15,915 steps more; then its files copied into
 operators/weights/micro_writer (training.json, the second run's, among them). On 200 held-out
 captions (`writing`) it parses every set and writes exactly the world's 0.935 (DEPICT), 0.905
-(DSG) and 0.945 (claims) of the time (all its misses in captions that name one shape twice:
-0.79-0.93 of two-clause ones, 0.53-0.60 of three-clause ones); on the default's 185 captions 0.989 (DEPICT) and 0.962 (DSG), which is what the default
-relies on.
+(DSG) and 0.945 (claims) of the time (all but one miss per format in captions that name one
+shape twice: 0.79-0.93 of two-clause ones, 0.53-0.60 of three-clause ones); on the default's
+185 captions 0.989 (DEPICT) and 0.962 (DSG), which is what the default relies on.
 
 It draws only the demo world's training content slots (operators/demo_world.py: a hash of each
 scene's objects and each caption's words), so neither the held-out draws `evaluate` measures nor
