@@ -30,8 +30,10 @@ judge_holistic:N,judge_decomposed:N` adds writing lessons (operators/micro_vlm_w
 generation prompts answered as a faithful writer would), for which the tokenizer is trained on
 the lessons too; `write_clause_weights=N,N,N` draws their captions with 1, 2 and 3 clauses that
 often (default 45,45,10, the world's own mix) and `write_repeat_share=` at least that share of
-them from captions that name one shape twice (default 0); `hidden=` (a multiple of 64; default 128) and `layers=` (default 4) size the text
-model of a run from scratch.
+them from captions that name one shape twice (default 0); `hidden=` (a multiple of 64; default
+128) and `layers=` (default 4) size the text model of a run from scratch, and `layers=` with
+`init=` deepens the saved model: its new layers start out computing nothing
+(operators/micro_vlm_recipe.py's `deepen`), so training goes on from what it writes.
 
 The shipped weights are one run from scratch of 14,409 s (threads=1, 2 cores shared with other
 work; 7,548 steps, 946,338 requests and lessons), started as

@@ -156,6 +156,34 @@ def build_model(processor, seed: int = 0, hidden: int = 128, layers: int = 4, vi
     return model
 
 
+def deepen(model, layers: int) -> None:
+    """Give a trained model `layers` text layers without changing what it computes: each new layer
+    is a copy of the last with its output projections (attention's o_proj, the MLP's down_proj)
+    zeroed, so it adds nothing to the residual stream until training moves them. More depth for a
+    model at its capacity (micro-writer on captions that name one shape twice) without starting
+    over; appended after the existing layers, so the vision tower's deepstack inputs stay where they are."""
+    import copy
+
+    import torch
+
+    stack = model.model.language_model.layers
+    have = len(stack)
+    if layers < have:
+        raise ValueError(f"layers={layers} would remove layers of a model that has {have}")
+    text_config = model.config.text_config
+    for index in range(have, layers):
+        layer = copy.deepcopy(stack[have - 1])
+        layer.self_attn.layer_idx = index  # its own slot in the key-value cache
+        for projection in (layer.self_attn.o_proj, layer.mlp.down_proj):
+            torch.nn.init.zeros_(projection.weight)
+            if projection.bias is not None:
+                torch.nn.init.zeros_(projection.bias)
+        stack.append(layer)
+    text_config.num_hidden_layers = layers
+    if getattr(text_config, "layer_types", None):
+        text_config.layer_types = list(text_config.layer_types) + [text_config.layer_types[-1]] * (layers - have)
+
+
 # ---------------------------------------------------------------------------- pixels
 
 
@@ -483,8 +511,8 @@ def check_train_options(
         raise ValueError(f"hidden is the text model's width, a multiple of 64 (heads of 32, half as many key-value heads), got {hidden}")
     if layers is not None and (not isinstance(layers, int) or layers < 1):
         raise ValueError(f"layers must be a whole number of 1 or more, got {layers}")
-    if init is not None and (hidden is not None or layers is not None):
-        raise ValueError("hidden and layers size a model trained from scratch; init= continues a saved model at its own size")
+    if init is not None and hidden is not None:
+        raise ValueError("hidden sizes a model trained from scratch; init= continues a saved model at its own width")
     if init is not None:
         folder = Path(init)
         if not folder.is_dir():
@@ -493,6 +521,9 @@ def check_train_options(
                                             ("*.safetensors", any(folder.glob("*.safetensors")))) if not there]
         if missing:
             raise ValueError(f"init folder {str(init)!r} holds no saved model (no {' and no '.join(missing)})")
+        saved_layers = json.loads((folder / "config.json").read_text()).get("text_config", {}).get("num_hidden_layers")
+        if layers is not None and saved_layers is not None and layers < saved_layers:
+            raise ValueError(f"layers={layers} with init= deepens a saved model; {str(init)!r} already has {saved_layers} layers")
 
 
 def steps_per_kind(per_step: Mapping[str, int]) -> dict[str, int]:
@@ -606,6 +637,8 @@ least `write_repeat_share` of them naming one shape twice (default 0, the world'
         from transformers import AutoModelForImageTextToText
 
         model = AutoModelForImageTextToText.from_pretrained(init, dtype=torch.float32)
+        if model_options.get("layers"):  # more depth for a trained model, what it computes unchanged
+            deepen(model, model_options["layers"])
     else:
         model = build_model(processor, seed, **model_options)
     model.train()

@@ -180,6 +180,45 @@ def test_exact_match_by_caption_splits_each_format_by_clauses_and_repeated_shape
     ]
 
 
+def test_deepen_adds_layers_that_change_nothing_until_trained(processor, tmp_path):
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    model = micro_vlm_recipe.build_model(processor, seed=0, layers=2).eval()
+    ids = processor.tokenizer("a red star left of a triangle and a red star", return_tensors="pt").input_ids
+
+    def greedy(m):
+        with torch.no_grad():
+            return m(input_ids=ids).logits, m.generate(input_ids=ids, max_new_tokens=12, do_sample=False)
+
+    logits, tokens = greedy(model)
+    micro_vlm_recipe.deepen(model, 4)
+    assert len(model.model.language_model.layers) == 4 and model.config.text_config.num_hidden_layers == 4
+    deep_logits, deep_tokens = greedy(model)
+    torch.testing.assert_close(deep_logits, logits, atol=1e-6, rtol=0)
+    assert torch.equal(deep_tokens, tokens)
+    trained = micro_vlm_recipe.build_model(processor, seed=0, layers=2).eval()
+    micro_vlm_recipe.deepen(trained, 4)
+    with torch.no_grad():  # as training leaves them: the new layers compute something
+        for layer in trained.model.language_model.layers[2:]:
+            layer.self_attn.o_proj.weight.normal_(0, 0.5)
+        cached, recomputed = (trained.generate(input_ids=ids, max_new_tokens=12, do_sample=False, use_cache=use)
+                              for use in (True, False))
+    assert torch.equal(cached, recomputed)  # each new layer keeps its own key-value cache slot
+    model.save_pretrained(tmp_path)
+    saved = AutoModelForImageTextToText.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    assert len(saved.model.language_model.layers) == 4
+    torch.testing.assert_close(greedy(saved)[0], logits, atol=1e-6, rtol=0)
+    processor.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="already has 4 layers"):
+        micro_vlm_recipe.check_train_options(init=str(tmp_path), layers=3)
+    with pytest.raises(ValueError, match="hidden sizes a model trained from scratch"):
+        micro_vlm_recipe.check_train_options(init=str(tmp_path), hidden=256)
+    micro_vlm_recipe.check_train_options(init=str(tmp_path), layers=6)
+    with pytest.raises(ValueError, match="would remove layers"):
+        micro_vlm_recipe.deepen(saved, 3)
+
+
 def test_resume_takes_no_options_of_its_own(tmp_path, monkeypatch, capsys):
     import jobs.micro_vlm as job
 
