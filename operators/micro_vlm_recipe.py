@@ -587,7 +587,7 @@ def train(
     question sets holding `write_open_share` open questions, `refusal_share` of them on captions
     with an unseen word, their captions of 1, 2 and 3 clauses as often as `write_clause_weights`
     say (default: the world's own mix, `demo_world.CLAUSE_WEIGHTS`; held-out checks keep it) and at
-least `write_repeat_share` of them naming one shape twice (default 0, the world's own draws);
+    least `write_repeat_share` of them naming one shape twice (default 0, the world's own draws);
     their token loss is weighted by `write_weight`. A model that writes
     needs its tokenizer trained on the lessons too, so writing starts from scratch (or from an
     `init` that wrote). Every `write_eval_every` seconds a few held-out lessons are written
