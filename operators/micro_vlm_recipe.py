@@ -483,10 +483,11 @@ def check_train_options(
             raise ValueError(f"write_per_step: unknown lesson kind {kind!r}; valid: {', '.join(micro_vlm_writing.WRITE_KINDS)}")
         if not isinstance(n, int) or n < 0:
             raise ValueError(f"write_per_step {kind} must be a whole number of 0 or more, got {n}")
-    for name, share in (("hybrid_share", hybrid_share), ("negbench_share", negbench_share), ("open_share", open_share),
-                        ("refusal_share", refusal_share)):
-        if not (math.isfinite(share) and 0.0 <= share <= 1.0):
-            raise ValueError(f"{name} is a share of requests, between 0 and 1; got {share}")
+    for name, share, of in (("hybrid_share", hybrid_share, "caption requests"), ("negbench_share", negbench_share, "hybrid requests"),
+                            ("open_share", open_share, "caption requests"), ("refusal_share", refusal_share, "writing lessons"),
+                            ("write_repeat_share", write_repeat_share, "writing lessons (those whose caption names one shape twice)")):
+        if not (isinstance(share, (int, float)) and math.isfinite(share) and 0.0 <= share <= 1.0):
+            raise ValueError(f"{name} is a share of {of}, between 0 and 1; got {share}")
     for fact_type, weight in (type_weights or {}).items():
         if fact_type not in demo_world.FACT_TYPES.values():
             raise ValueError(f"type_weights: unknown fact type {fact_type!r}; valid: {', '.join(demo_world.FACT_TYPES.values())}")
@@ -505,8 +506,6 @@ def check_train_options(
             or not sum(write_clause_weights) > 0):
         raise ValueError("write_clause_weights are how often writing lessons' captions have 1, 2 and 3 clauses: "
                          f"three numbers of 0 or more, not all 0; got {write_clause_weights}")
-    if not (isinstance(write_repeat_share, (int, float)) and math.isfinite(write_repeat_share) and 0.0 <= write_repeat_share <= 1.0):
-        raise ValueError(f"write_repeat_share is the share of writing lessons whose caption names one shape twice, between 0 and 1; got {write_repeat_share}")
     if hidden is not None and (not isinstance(hidden, int) or hidden < 64 or hidden % 64):
         raise ValueError(f"hidden is the text model's width, a multiple of 64 (heads of 32, half as many key-value heads), got {hidden}")
     if layers is not None and (not isinstance(layers, int) or layers < 1):

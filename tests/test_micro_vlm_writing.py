@@ -157,7 +157,7 @@ def test_repeat_share_draws_that_share_of_lessons_naming_a_shape_twice_and_zero_
     assert 0.75 < repeating(captions(0.8)) < 0.98  # 0.8 forced, and some of the rest repeat by chance
     assert main(["train", "write_repeat_share=1.5", f"out={tmp_path}"]) == 2
     assert "write_repeat_share must be a number between 0 and 1, got '1.5'" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="write_repeat_share is the share of writing lessons whose caption names one shape twice"):
+    with pytest.raises(ValueError, match=r"write_repeat_share is a share of writing lessons \(those whose caption names one shape twice\)"):
         micro_vlm_recipe.check_train_options(seconds=1, write_repeat_share=float("nan"))
     assert not any(tmp_path.iterdir())
 
