@@ -360,7 +360,10 @@ class Caption:
 
     def question_rows(self, open_share: float = 0.0) -> list[dict]:
         """The caption's questions in all three sets, as QUESTIONS rows (source: benchmark): one
-        per stated fact, then the open ones `open_questions(open_share)` adds."""
+        per stated fact, then the open ones `open_questions(open_share)` adds, each question once
+        per set. Two facts can read as one DEPICT question or claim ("a blue triangle" and "three
+        blue triangles" both state "Is there a blue triangle?"): the parsers keep the first of a
+        repeat, and a metric must not count it twice (DSG asks them apart, singular and plural)."""
         facts = self.facts + self.open_questions(open_share)
         number = {fact: str(i) for i, fact in enumerate(facts, start=1)}
         by_thing = {(f.shape, f.colour): number[f] for f in self.facts if f.kind in ("present", "colour")}
@@ -369,7 +372,10 @@ class Caption:
             return tuple(number.get(p) or by_thing[p.shape, p.colour] for p in fact.parents)
 
         dsg = [DsgQuestion(number[f], f.dsg_question(), parent_ids(f)) for f in facts]
-        sets = {"depict": [f.depict_question() for f in facts], "dsg": dsg, "claims": [f.claim() for f in facts]}
+        claims = {}
+        for fact in facts:
+            claims.setdefault(fact.claim().text, fact.claim())
+        sets = {"depict": list(dict.fromkeys(f.depict_question() for f in facts)), "dsg": dsg, "claims": list(claims.values())}
         return [row for qset, parsed in sets.items() for row in questions_rows(qset, parsed, caption=self.text, source="benchmark")]
 
 

@@ -207,6 +207,29 @@ def test_open_questions_join_each_set_at_the_requested_share_with_their_parents(
         cap.open_questions(0.6)
 
 
+def test_a_question_set_asks_each_question_once():
+    """Two facts can read as one question: "a blue triangle" and "three blue triangles" both state
+    that a blue triangle is there. The set asks it once (the parsers keep the first of a repeated
+    question, so a repeat is a question no writer can match, and a metric would count it twice)."""
+    cap = demo_world.caption(demo_world.Relation(demo_world.Thing("triangle", "yellow"), "left of", demo_world.Thing("triangle", "blue")),
+                             demo_world.Thing("triangle", "blue", 3))
+    rows = cap.question_rows(0.25)
+    assert [r["question"] for r in rows if r["question_set"] == "depict"] == [
+        "Is there a triangle?", "Is there a yellow triangle?", "Is there a blue triangle?",
+        "Is the yellow triangle left of the blue triangle?", "Are there exactly three blue triangles?"]
+    assert [r["question"] for r in rows if r["question_set"] == "claims"] == [
+        "There is a triangle.", "There is a yellow triangle.", "There is a blue triangle.",
+        "The yellow triangle is left of the blue triangle.", "There are exactly three blue triangles."]
+    assert "Are the triangles blue?" in [r["question"] for r in rows if r["question_set"] == "dsg"]  # a question of its own there
+    sampler = demo_world.WorldSampler(0, "heldout")
+    for _ in range(500):
+        rows = sampler.caption(sampler.scene()).question_rows(0.25)
+        for qset in ("depict", "dsg", "claims"):
+            questions = [r["question"] for r in rows if r["question_set"] == qset]
+            assert len(questions) == len(set(questions)), (qset, questions)
+            assert [r["question_id"] for r in rows if r["question_set"] == qset] == [str(i) for i in range(1, len(questions) + 1)]
+
+
 def test_drawn_items_are_reserved_distinct_from_the_fixed_ones_and_true_to_their_roles():
     correlation, winoground, mcq = demo_world.drawn_items()
     assert (len(correlation), len(winoground), len(mcq)) == tuple(demo_world.DRAWN_SIZES.values())
