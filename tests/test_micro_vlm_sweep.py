@@ -42,7 +42,7 @@ FLOORS = {
     "depict_winoground": 0.99,  # DEPICT wins every Winoground-style group
 }
 # Measured with the shipped model: the default run, then each mutation (scripts in the closing notes).
-MEASURED = {"depict_srcc": 0.929, "soft_tifa_srcc": 0.570, "agree_on_true_captions": 0.991, "depict_winoground": 1.0}
+MEASURED = {"depict_srcc": 0.928, "soft_tifa_srcc": 0.568, "agree_on_true_captions": 0.991, "depict_winoground": 1.0}
 
 
 def accuracy(records: pl.DataFrame, side: str) -> float:
@@ -138,7 +138,7 @@ def test_the_default_writes_the_worlds_question_sets(default_run):
     captions = pl.read_parquet(Path(result.run_dir) / "items.parquet")["caption"].unique().to_list()
     assert set(questions["source"]) == {"micro-writer"}
     match = question_match(questions, captions, ["depict", "dsg"])
-    assert all(writing_floors(match).values()), match  # measured: parse 1.000 each, exact 0.989 (depict), 0.962 (dsg)
+    assert all(writing_floors(match).values()), match  # measured: parse 1.000 each, exact 0.995 (depict), 0.978 (dsg)
     sent = {r.stage: r.sent for r in result.reports}
     assert sent["questions"] == 2 * len(captions)  # one generation per caption and set
 
@@ -218,6 +218,7 @@ V, T = '"logp_yes_v", "logp_no_v"', '"logp_yes_t", "logp_no_t"'
 SWAPPED = SIDES.replace(V, "<v>").replace(T, V).replace("<v>", T)  # p_v read from the caption-only answer, p_t from the image's
 MUTATIONS = {
     # name: (module, production text, the bug, the floor it must break); measured values after the arrows
+    # (with the 4-layer writer, whose unmutated values were within 0.002 of MEASURED)
     "p_v and p_t swapped in DEPICT's formula": (decomposed, SIDES, SWAPPED, "agree_on_true_captions"),  # 0.991 -> 0.891
     "commitment read from p_v": (decomposed, COMMITMENT, COMMITMENT.replace("p_t", "p_v"), "agree_on_true_captions"),  # -> 0.891
     "commitment dropped (uniform weights)": (decomposed, COMMITMENT, "commitment=pl.lit(1.0),\n        )", "agree_on_true_captions"),  # -> 0.891
