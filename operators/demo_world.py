@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from operators.parsing import Claim, DsgQuestion, questions_rows
+from operators.parsing import Claim, DsgQuestion, distinct, questions_rows
 
 # ---------------------------------------------------------------------------- scenes
 
@@ -372,10 +372,8 @@ class Caption:
             return tuple(number.get(p) or by_thing[p.shape, p.colour] for p in fact.parents)
 
         dsg = [DsgQuestion(number[f], f.dsg_question(), parent_ids(f)) for f in facts]
-        claims = {}
-        for fact in facts:
-            claims.setdefault(fact.claim().text, fact.claim())
-        sets = {"depict": list(dict.fromkeys(f.depict_question() for f in facts)), "dsg": dsg, "claims": list(claims.values())}
+        sets = {"depict": distinct(f.depict_question() for f in facts), "dsg": dsg,
+                "claims": distinct((f.claim() for f in facts), lambda claim: claim.text)}
         return [row for qset, parsed in sets.items() for row in questions_rows(qset, parsed, caption=self.text, source="benchmark")]
 
 

@@ -39,9 +39,9 @@ from __future__ import annotations
 import graphlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from operators.schema import CLAIM_TYPES, QUESTION_SETS
 
@@ -135,6 +135,18 @@ def _key(text: str) -> str:
     return _clean(text).casefold()
 
 
+T = TypeVar("T")
+
+
+def distinct(items: Iterable[T], text: Callable[[T], str] = str) -> list[T]:
+    """The first of each item whose text reads alike (cleaned, case-folded): how the parsers drop a
+    repeated question or claim, and how a question set built in code must, so none counts twice."""
+    kept: dict[str, T] = {}
+    for item in items:
+        kept.setdefault(_key(text(item)), item)
+    return list(kept.values())
+
+
 def _as_question(text: str) -> str:
     text = _clean(text)
     return text if text.endswith("?") else text.rstrip(".") + "?"
@@ -187,13 +199,13 @@ def parse_questions(text: str, max_items: int = DEFAULT_MAX_ITEMS) -> list[str]:
         entries = _question_lines(answer)
         if not entries:
             raise ParseError("no_list", f"no JSON list or question lines: {answer.strip()}")
-    questions: dict[str, str] = {}
+    questions = []
     for entry in entries:
         value = entry.get("question") if isinstance(entry, dict) else entry
         value = _text_field(entry, value, "question")
         if value.strip():
-            questions.setdefault(_key(_as_question(value)), _as_question(value))
-    result = list(questions.values())
+            questions.append(_as_question(value))
+    result = distinct(questions)
     _check_count(result, max_items)
     return result
 
@@ -276,11 +288,7 @@ def _claim_entry(entry: Any) -> Claim:
 
 def parse_claims(text: str, max_items: int = DEFAULT_MAX_ITEMS) -> list[Claim]:
     """Typed atomic claims, deduplicated by text (the first type wins)."""
-    claims: dict[str, Claim] = {}
-    for entry in _entries(text, "claims"):
-        claim = _claim_entry(entry)
-        claims.setdefault(_key(claim.text), claim)
-    result = list(claims.values())
+    result = distinct((_claim_entry(entry) for entry in _entries(text, "claims")), lambda claim: claim.text)
     _check_count(result, max_items)
     return result
 
