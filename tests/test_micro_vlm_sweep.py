@@ -42,7 +42,7 @@ FLOORS = {
     "depict_winoground": 0.99,  # DEPICT wins every Winoground-style group
 }
 # Measured with the shipped model: the default run, then each mutation (scripts in the closing notes).
-MEASURED = {"depict_srcc": 0.928, "soft_tifa_srcc": 0.568, "agree_on_true_captions": 0.991, "depict_winoground": 1.0}
+MEASURED = {"depict_srcc": 0.928, "soft_tifa_srcc": 0.566, "agree_on_true_captions": 0.991, "depict_winoground": 1.0}
 
 
 def accuracy(records: pl.DataFrame, side: str) -> float:
@@ -138,7 +138,7 @@ def test_the_default_writes_the_worlds_question_sets(default_run):
     captions = pl.read_parquet(Path(result.run_dir) / "items.parquet")["caption"].unique().to_list()
     assert set(questions["source"]) == {"micro-writer"}
     match = question_match(questions, captions, ["depict", "dsg"])
-    assert all(writing_floors(match).values()), match  # measured: parse 1.000 each, exact 0.995 (depict), 0.978 (dsg)
+    assert all(writing_floors(match).values()), match  # measured: parse 1.000 each, exact 0.995 (depict), 0.989 (dsg)
     sent = {r.stage: r.sent for r in result.reports}
     assert sent["questions"] == 2 * len(captions)  # one generation per caption and set
 
