@@ -90,8 +90,8 @@ lessons and more captions that name one shape twice, at a lower rate:
 0.965 (DEPICT), 0.935 (DSG) and 0.960 (claims), every miss but one DSG graph in captions that name
 one shape twice (0.89-0.94 of two-clause ones, 0.60-0.73 of three-clause ones); with seed=1
 0.980, 0.960 and 0.985; over seeds 1 to 5 (1,000 draws) 0.966, 0.951 and 0.970 (the 6-layer
-writer before it: 0.967, 0.944, 0.965); on the default's 185 captions 0.995 (DEPICT) and 0.989 (DSG), which is
-what the default relies on.
+writer before it: 0.967, 0.944, 0.965); on the default's 185 captions 0.995 (DEPICT) and 0.989
+(DSG), which is what the default relies on.
 
 It draws only the demo world's training content slots (operators/demo_world.py: a hash of each
 scene's objects and each caption's words), so neither the held-out draws `evaluate` measures nor

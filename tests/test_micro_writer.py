@@ -92,9 +92,8 @@ def test_sampling_where_temperature_0_is_configured_fails_the_rewrite_floor(tmp_
     (floor: every one). The writer is confident enough that sampling at temperature 1 keeps the
     exact-match share about where greedy writing has it (measured on these 32 captions: 1.000 and
     0.969 sampled, 1.000 and 1.000 greedy; 1 of the 64 sets rewritten, a DSG graph that no longer
-    parses, so the fixture takes 32
-    captions, not 12, where the 6-layer writer rewrote none), so the exact floor cannot see it;
-    the rewrite floor does."""
+    parses; the fixture takes 32 captions, not 12, where the 6-layer writer rewrote none), so the
+    exact floor cannot see it; the rewrite floor does."""
     captions, unmutated = greedy
     again, _ = write(tmp_path / "again", captions, ["depict", "dsg"])
     assert sets_of(again) == sets_of(unmutated)  # unmutated: the same sets, every one
